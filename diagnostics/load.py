@@ -1,0 +1,155 @@
+"""Loading replay scores for the diagnosis (reads only the replay-score format, CONTRACT.md v1).
+
+Token signals (never stored, derived here):
+
+* ``d_full``     delta_F = logp_full - logp_student
+* ``d_ablated``  delta_A = logp_ablated - logp_student
+* ``residual``   e = logp_full - logp_ablated (signed)
+
+Step scores ``S_<signal>`` are the means of a step's token signals. Clusters are trajectories,
+keyed by ``(global_step, traj_uid)``. Training stages split the run's global-step range ``1..L``
+into thirds: a checkpoint at step ``s`` is *early* if ``3 s <= L``, *middle* if ``3 s <= 2 L`` and
+*late* otherwise (``L = 150`` gives 1-50, 51-100, 101-150). ``L`` is ``total_steps`` when given,
+else the largest global step loaded.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ocsd.records import RecordError, read_replay
+
+__all__ = ["SIGNALS", "STAGES", "DiagnosticsError", "DiagData", "load", "from_replay", "stage_of"]
+
+SIGNALS = ("ablated", "full", "residual")
+"""Token signals: delta_A, delta_F and the signed residual e = delta_F - delta_A."""
+STAGES = ("early", "middle", "late")
+_TOKEN_COLS = ("token", "logp_student", "logp_full", "logp_ablated")
+
+
+class DiagnosticsError(ValueError):
+    """The input cannot support the requested analysis (the message says why)."""
+
+
+def stage_of(global_step, total_steps: int) -> np.ndarray:
+    """Stage index (0 early, 1 middle, 2 late) of each global step for a run of ``total_steps``."""
+    s = np.asarray(global_step, dtype=np.int64)
+    if total_steps < 1:
+        raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+    return np.where(3 * s <= total_steps, 0, np.where(3 * s <= 2 * total_steps, 1, 2))
+
+
+@dataclass
+class DiagData:
+    """Scored steps and their tokens, ready for the diagnosis.
+
+    Attributes
+    ----------
+    steps : pandas.DataFrame
+        One row per scored step (in the chosen selection): ``global_step, traj_uid, step_idx,
+        operator, feedback_label, n_tok, S_ablated, S_full, S_residual, cluster, ckpt, stage``.
+        ``cluster`` and ``ckpt`` are 0-based integer codes; ``stage`` indexes :data:`STAGES`.
+    tokens : pandas.DataFrame
+        Token rows of those steps in output order: ``step`` (row of ``steps``), ``token``,
+        ``d_ablated, d_full, residual``.
+    env : str
+        Environment of the checkpoints.
+    global_steps : numpy.ndarray
+        Training step of each checkpoint code.
+    total_steps : int
+        Run length L used for the stages.
+    """
+
+    steps: pd.DataFrame
+    tokens: pd.DataFrame
+    env: str
+    global_steps: np.ndarray
+    total_steps: int
+
+    @property
+    def n_checkpoints(self) -> int:
+        return int(self.global_steps.size)
+
+    def labelled(self) -> pd.DataFrame:
+        """Steps labelled valid or invalid (ambiguous excluded), with ``y`` = 1 for valid."""
+        lab = self.steps[self.steps["feedback_label"].isin(["valid", "invalid"])].copy()
+        lab["y"] = (lab["feedback_label"] == "valid").to_numpy()
+        return lab
+
+
+def from_replay(steps: pd.DataFrame, tokens: pd.DataFrame, metas: list[dict], *,
+                total_steps: int | None = None) -> DiagData:
+    """Build :class:`DiagData` from replay tables (as returned by ``ocsd.records.read_replay``)."""
+    if len(steps) == 0:
+        raise DiagnosticsError("no steps in the selection (is any step selected/scored?)")
+    envs = sorted({str(m.get("env")) for m in metas}) if metas else ["unknown"]
+    if len(envs) > 1:
+        raise DiagnosticsError(f"checkpoints of different environments cannot be pooled: {envs}")
+    key = ["global_step", "traj_uid", "step_idx"]
+    st = steps.loc[:, key + ["operator", "feedback_label"]].reset_index(drop=True)
+    st["_step"] = np.arange(len(st))
+    tok = tokens.loc[:, key + ["token_idx", *_TOKEN_COLS]].merge(st[key + ["_step"]], on=key, how="inner")
+    tok = tok.sort_values(["_step", "token_idx"], kind="stable").reset_index(drop=True)
+    n_tok = np.bincount(tok["_step"].to_numpy(), minlength=len(st))
+    if (n_tok == 0).any():
+        n_missing = int((n_tok == 0).sum())
+        warnings.warn(f"{n_missing} of {len(st)} steps have no token rows (not scored) and are left out",
+                      UserWarning, stacklevel=2)
+    keep = n_tok > 0
+    if not keep.any():
+        raise DiagnosticsError("no scored steps in the selection (tokens.parquet has no rows for them)")
+    remap = np.cumsum(keep) - 1
+    st = st[keep].reset_index(drop=True)
+    step_code = remap[tok["_step"].to_numpy()]
+    student = tok["logp_student"].to_numpy(np.float64)
+    full = tok["logp_full"].to_numpy(np.float64)
+    ablated = tok["logp_ablated"].to_numpy(np.float64)
+    signals = {"d_ablated": ablated - student, "d_full": full - student, "residual": full - ablated}
+    counts = n_tok[keep].astype(np.float64)
+    st["n_tok"] = n_tok[keep]
+    for name, col in zip(SIGNALS, ("d_ablated", "d_full", "residual")):
+        st[f"S_{name}"] = np.bincount(step_code, weights=signals[col], minlength=len(st)) / counts
+    st["cluster"] = st.groupby(["global_step", "traj_uid"], sort=True).ngroup().to_numpy()
+    global_steps = np.unique(st["global_step"].to_numpy())
+    st["ckpt"] = np.searchsorted(global_steps, st["global_step"].to_numpy())
+    total = int(total_steps) if total_steps is not None else int(global_steps.max())
+    if total < int(global_steps.max()):
+        raise DiagnosticsError(f"total steps {total} is smaller than the largest global step {global_steps.max()}")
+    st["stage"] = stage_of(st["global_step"].to_numpy(), total)
+    st = st.drop(columns="_step")
+    tokens_out = pd.DataFrame({"step": step_code, "token": tok["token"].to_numpy(object), **signals})
+    return DiagData(steps=st, tokens=tokens_out, env=envs[0], global_steps=global_steps, total_steps=total)
+
+
+def load(paths, *, steps: str = "selected", total_steps: int | None = None) -> DiagData:
+    """Read checkpoints and derive the signals.
+
+    Parameters
+    ----------
+    paths : path or list of paths
+        Checkpoint folders (``global_step_<N>`` or their ``replay/``) and/or run folders.
+    steps : {"selected", "all"}, default "selected"
+        Analyse only the selected (top-NLL) steps, as the paper does, or every scored step.
+    total_steps : int, optional
+        Run length for the stages (default: the largest global step loaded).
+
+    Raises
+    ------
+    DiagnosticsError, ocsd.records.RecordError
+        On missing or malformed input, or an empty selection.
+    """
+    if steps not in ("selected", "all"):
+        raise DiagnosticsError(f"--steps must be 'selected' or 'all', got {steps!r}")
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    if not paths:
+        raise DiagnosticsError("no input: give --run DIR or --ckpt DIR")
+    data = read_replay(list(paths), steps=steps, token_columns=list(_TOKEN_COLS) + ["token_idx"])
+    if not data.metas:
+        raise RecordError(f"{', '.join(map(str, paths))}: no complete checkpoint found")
+    return from_replay(data.steps, data.tokens, data.metas, total_steps=total_steps)
