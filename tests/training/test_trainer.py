@@ -1,0 +1,181 @@
+"""The single-device trainer on generated ALFWorld games with a tiny random model (real engine, real update)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+pytest.importorskip("alfworld", reason="the ALFWorld engine (envs extra) is not installed")
+pytest.importorskip("verl", reason="verl (verl extra) is not installed")
+
+from ocsd.methods import METHODS, TokenInputs, get_method, token_advantages  # noqa: E402
+from ocsd.models import tiny_model  # noqa: E402
+from ocsd.records import read_metrics, read_replay, validate_path  # noqa: E402
+from ocsd.scoring import response_logprobs  # noqa: E402
+from ocsd.signals import num_selected  # noqa: E402
+from training.config import ConfigError, load_config, make_config  # noqa: E402
+from training.envs.games import GameSource  # noqa: E402
+from training.trainer import Trainer, TrainingError  # noqa: E402
+from training.update import LossSettings, UpdateBatch, ppo_update  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def games(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("games")
+    cfg = make_config(dict(games_dir=str(folder), n_train_games=2, n_val_games=1, progress=False))
+    return GameSource.from_config(cfg)
+
+
+def tiny_cfg(run_dir, **kw):
+    base = dict(model="tiny", run_dir=str(run_dir), batch_size=1, group_size=2, max_steps=2, max_response_length=8,
+                max_prompt_length=1024, total_steps=2, save_freq=1, test_freq=0, progress=False, rho=0.5,
+                micro_batch_tokens=4096, seed=3)
+    base.update(kw)
+    return make_config(base)
+
+
+def _check_run(run_dir: Path, cfg):
+    assert validate_path(run_dir) == []
+    data = read_replay(run_dir)
+    assert data.global_steps == [1, 2]
+    for step, steps in data.steps.groupby("global_step"):
+        # replay rows for every trajectory, every step of it
+        assert steps["traj_uid"].nunique() == cfg.batch_size * cfg.group_size
+        assert (steps.groupby("traj_uid").size() == steps.groupby("traj_uid")["num_steps"].first()).all()
+        spec = get_method(cfg.method)
+        for _, traj in steps.groupby("traj_uid"):
+            k = len(traj)
+            expected = k if spec.selection == "all" else num_selected(k, cfg.rho)
+            assert traj["selected"].sum() == expected
+        if cfg.write_replay:
+            assert (steps["scored"] == steps["selected"]).all()
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2]
+    for key in ("reward_mean", "success_rate", "time/rollout", "time/old_logprob", "time/replay_scoring",
+                "time/advantage", "time/update", "time/step"):
+        assert all(key in r for r in rows), key
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_runs_two_steps(tmp_path, games, method):
+    cfg = tiny_cfg(tmp_path / method, method=method, kl_coef=0.01 if method in ("ocsd", "sdar") else 0.0)
+    run = Trainer(cfg, games=games).fit()
+    _check_run(run, cfg)
+    info = json.loads((run / "run.json").read_text())
+    assert info["method"] == method and info["config"]["rho"] == cfg.rho
+
+
+def test_grpo_and_ocsd_beta_zero_give_identical_updates():
+    """Same batch, same non-zero advantages: GRPO and OCSD(beta=0) move the weights identically."""
+    pytest.importorskip("verl")
+    rng = np.random.default_rng(0)
+    model = tiny_model(vocab_size=300, seed=1)
+    prompts = [rng.integers(0, 300, size=int(n)).tolist() for n in rng.integers(5, 12, size=6)]
+    responses = [rng.integers(0, 300, size=int(n)).tolist() for n in rng.integers(2, 7, size=6)]
+    old, mask = response_logprobs(model, list(zip(prompts, responses)), padded=True)
+    inputs = TokenInputs(adv=torch.from_numpy(rng.normal(size=6)).float(), mask=mask,
+                         selected=torch.tensor([True, False, True, True, False, True]), logp_student=old,
+                         logp_full=old + torch.from_numpy(rng.normal(size=old.shape)).float(),
+                         logp_ablated=old + torch.from_numpy(rng.normal(size=old.shape)).float())
+    results = {}
+    for name, beta in (("grpo", 0.0), ("ocsd", 0.0), ("ocsd_half", 0.5)):
+        spec = get_method(name.replace("_half", ""))
+        adv = token_advantages(spec, inputs, beta=beta)
+        copy_ = copy.deepcopy(model)
+        opt = torch.optim.AdamW(copy_.parameters(), lr=1e-2, weight_decay=0.01)
+        ppo_update(copy_, opt, spec, UpdateBatch(prompts, responses, old, adv, mask), LossSettings(kl_coef=0.0))
+        results[name] = copy_.state_dict()
+    for key in results["grpo"]:
+        assert torch.equal(results["grpo"][key], results["ocsd"][key]), key
+    assert any(not torch.equal(results["grpo"][k], results["ocsd_half"][k]) for k in results["grpo"])
+    assert any(not torch.equal(results["grpo"][k], model.state_dict()[k]) for k in results["grpo"])
+
+
+def test_resume_continues_to_the_same_result(tmp_path, games):
+    whole = tiny_cfg(tmp_path / "whole", total_steps=2, kl_coef=0.01, lr=1e-3)
+    Trainer(whole, games=games).fit()
+    part = tiny_cfg(tmp_path / "part", total_steps=1, kl_coef=0.01, lr=1e-3)
+    Trainer(part, games=games).fit()
+    resumed = Trainer(tiny_cfg(tmp_path / "part", total_steps=2, kl_coef=0.01, lr=1e-3), games=games)
+    assert resumed.start_step == 2
+    resumed.fit()
+    for name in ("steps.parquet", "tokens.parquet"):
+        a = pd.read_parquet(tmp_path / "whole" / "global_step_2" / "replay" / name)
+        b = pd.read_parquet(tmp_path / "part" / "global_step_2" / "replay" / name)
+        pd.testing.assert_frame_equal(a, b)
+    from safetensors.torch import load_file
+
+    wa = load_file(tmp_path / "whole" / "global_step_2" / "actor" / "model.safetensors")
+    wb = load_file(tmp_path / "part" / "global_step_2" / "actor" / "model.safetensors")
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], rtol=0, atol=0)
+    assert [r["step"] for r in read_metrics(tmp_path / "part")] == [1, 2]
+
+
+def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path, games, monkeypatch):
+    import training.trainer as trainer_module
+
+    real = trainer_module.ppo_update
+    calls = {"n": 0}
+
+    def failing_second_update(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise FloatingPointError("loss is nan (non-finite) in the policy update")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "ppo_update", failing_second_update)
+    cfg = tiny_cfg(tmp_path / "nan", kl_coef=0.0)
+    with pytest.raises(TrainingError, match="step 2: loss is nan"):
+        Trainer(cfg, games=games).fit()
+    assert validate_path(tmp_path / "nan" / "global_step_1") == []
+    assert not (tmp_path / "nan" / "global_step_2").exists()
+
+
+def test_ppo_update_rejects_non_finite_loss():
+    model = tiny_model(vocab_size=100, seed=0)
+    old, mask = response_logprobs(model, [([1, 2, 3], [4, 5])], padded=True)
+    adv = torch.full_like(old, float("nan"))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        ppo_update(model, opt, get_method("grpo"), UpdateBatch([[1, 2, 3]], [[4, 5]], old, adv, mask),
+                   LossSettings(kl_coef=0.0))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["rho=0"], "rho=0"), (["beta=1.5"], "beta=1.5"), (["method=ppo"], "unknown 'ppo'"),
+    (["colour=red"], r"unknown key\(s\) \['colour'\]"), (["model=/no/such/model"], "not 'smollm2'"),
+    (["batch_size=two"], "expected int"), (["rho"], "expected key=value"),
+])
+def test_config_errors_before_any_work(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(ROOT / "training" / "configs" / "demo.yaml", overrides)
+
+
+def test_cli_reports_config_errors(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "training.train", "--config", "training/configs/demo.yaml",
+                          f"run_dir={tmp_path}", "rho=2"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2 and "rho=2" in out.stderr and "Traceback" not in out.stderr
+    assert not any(tmp_path.iterdir())
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rho: 0.2\nunknown_key: 1\n")
+    out = subprocess.run([sys.executable, "-m", "training.train", "--config", str(bad)], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert out.returncode == 2 and "bad.yaml" in out.stderr and "unknown_key" in out.stderr
+
+
+def test_paper_config_is_valid():
+    cfg = load_config(ROOT / "training" / "configs" / "alfworld_paper.yaml", ["device=cpu"])
+    assert (cfg.batch_size, cfg.group_size, cfg.total_steps, cfg.rho, cfg.beta) == (16, 8, 150, 0.2, 0.5)
+    assert math.isclose(cfg.lr, 1e-6) and cfg.max_steps == 50 and cfg.kl_coef == 0.01

@@ -1,0 +1,135 @@
+"""From trajectories to replay scores and to the replay-score records of a checkpoint.
+
+The Student view's log-probs are the old-policy log-probs of the rollout prompt (already computed
+for the update); the Full, Observation-Ablated and any further views are rendered with
+:mod:`ocsd.views` and scored with :class:`ocsd.scoring.ReplayScorer`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from ocsd.prompts import PromptRenderer
+from ocsd.scoring import ReplayScorer, ScoreItem
+from ocsd.views import StepRecord, render_steps
+from training.rollout import StepSample, Trajectory
+
+StepKey = tuple[int, int]  # (trajectory index, step index)
+
+
+def step_record(traj: Trajectory, sample: StepSample, env_name: str, key: str = "",
+                donor_obs: str | None = None) -> StepRecord:
+    """The :class:`ocsd.views.StepRecord` of one step: its prompt's history and its trajectory's future."""
+    k = sample.step_idx
+    shown = sample.history[len(sample.history) - sample.history_shown:] if sample.history_shown else []
+    return StepRecord(
+        env=env_name, task=traj.task, step_idx=k, history=shown, current_obs=sample.obs,
+        admissible_actions=sample.admissible, response_ids=sample.response_ids,
+        future_obs=[s.obs_next for s in traj.steps[k:]], future_actions=[s.action for s in traj.steps[k + 1:]],
+        donor_obs=donor_obs, key=key or f"{traj.uid}:{k}")
+
+
+@dataclass
+class ReplayScores:
+    """Per-step replay log-probs, keyed by (trajectory index, step index)."""
+
+    logp: dict[StepKey, dict[str, np.ndarray]] = field(default_factory=dict)
+    truncated: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+def score_steps(
+    scorer: ReplayScorer,
+    renderer: PromptRenderer,
+    trajs: Sequence[Trajectory],
+    keys: Sequence[StepKey],
+    views: Sequence[str],
+    student_logp: dict[StepKey, np.ndarray],
+    *,
+    env_name: str,
+    max_prompt_length: int,
+    progress: bool = False,
+) -> ReplayScores:
+    """Score the response tokens of the given steps under ``views`` (Student log-probs passed through).
+
+    Steps whose views cannot fit ``max_prompt_length`` even without history are reported in
+    ``skipped`` (and not scored); steps whose history had to be shortened are counted in ``truncated``.
+    """
+    records = [step_record(trajs[t], trajs[t].steps[k], env_name) for t, k in keys]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # skipped steps are returned and logged by the caller
+        rendered, skipped = render_steps(records, list(views), renderer, max_prompt_length)
+    out = ReplayScores(skipped=[s.reason for s in skipped])
+    items, item_keys = [], []
+    for index, step in rendered:
+        key = keys[index]
+        out.truncated += int(step.truncated)
+        items.append(ScoreItem(step.contexts, step.response_ids, key=records[index].key,
+                               given={"student": student_logp[key]}))
+        item_keys.append(key)
+    for key, logps in zip(item_keys, scorer.score(items, progress=progress)):
+        out.logp[key] = logps
+    return out
+
+
+def _token_pieces(tokenizer, ids: Sequence[int], cache: dict[int, str]) -> list[str]:
+    out = []
+    for tid in ids:
+        if tid not in cache:
+            cache[tid] = tokenizer.decode([tid])
+        out.append(cache[tid])
+    return out
+
+
+def replay_tables(
+    trajs: Sequence[Trajectory],
+    *,
+    global_step: int,
+    rewards: np.ndarray,
+    advantages: np.ndarray,
+    nll: dict[StepKey, float],
+    selected: set[StepKey],
+    scores: ReplayScores,
+    tokenizer,
+    views: Sequence[str] = ("student", "full", "ablated"),
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The ``steps`` and ``tokens`` tables of shared/CONTRACT.md for one checkpoint.
+
+    Every step of every trajectory gets a step row; token rows exist for scored steps only.
+    """
+    step_rows: list[dict] = []
+    token_cols: dict[str, list] = {c: [] for c in ("traj_uid", "step_idx", "token_idx", "token_id", "token")}
+    token_cols.update({f"logp_{v}": [] for v in views})
+    cache: dict[int, str] = {}
+    for t, traj in enumerate(trajs):
+        for sample in traj.steps:
+            key = (t, sample.step_idx)
+            scored = key in scores.logp
+            step_rows.append(dict(
+                global_step=global_step, traj_uid=traj.uid, group_uid=traj.group_uid, task_type=traj.task_type,
+                step_idx=sample.step_idx, num_steps=len(traj.steps), action=sample.action, operator=sample.operator,
+                obs_next=sample.obs_next, feedback_label=sample.feedback_label,
+                progress_label=sample.progress_label, reward=float(rewards[t]), advantage=float(advantages[t]),
+                nll=float(nll[key]), selected=key in selected, scored=scored, n_tokens=len(sample.response_ids)))
+            if not scored:
+                continue
+            n = len(sample.response_ids)
+            token_cols["traj_uid"] += [traj.uid] * n
+            token_cols["step_idx"] += [sample.step_idx] * n
+            token_cols["token_idx"] += list(range(n))
+            token_cols["token_id"] += list(sample.response_ids)
+            token_cols["token"] += _token_pieces(tokenizer, sample.response_ids, cache)
+            for v in views:
+                token_cols[f"logp_{v}"].append(scores.logp[key][v])
+    tokens = pd.DataFrame({k: (np.concatenate(v).astype(np.float32) if k.startswith("logp_") and v else v)
+                           for k, v in token_cols.items()})
+    if tokens.empty:
+        tokens = pd.DataFrame({k: pd.Series(dtype="float32" if k.startswith("logp_") else object)
+                               for k in token_cols})
+    tokens.insert(0, "global_step", np.int64(global_step))
+    return pd.DataFrame(step_rows), tokens

@@ -1,0 +1,221 @@
+"""Multi-turn rollout: the policy acts through the interaction prompt in batched environments.
+
+One sample per interaction step: the prompt ids the policy saw, the response ids it generated, the
+parsed action, and the environment's answer with its local-feedback labels. Unparseable output is
+an invalid action (sent to the environment as it is, which answers "Nothing happens."), never a crash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from ocsd.prompts import PromptRenderer, interaction_text, parse_output
+
+
+@dataclass
+class StepSample:
+    """One interaction step of one trajectory."""
+
+    step_idx: int
+    obs: str  # o_k, the observation the policy acted on
+    admissible: list[str]
+    history: list[tuple[str, str]]  # every earlier (o_j, a_j) pair
+    history_shown: int  # pairs actually in the prompt (after the window and length fitting)
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_text: str
+    action: str
+    well_formed: bool
+    obs_next: str = ""
+    feedback_label: str = "ambiguous"
+    progress_label: str = "no_progress"
+    operator: str = "other"
+
+
+@dataclass
+class Trajectory:
+    """One episode of one task."""
+
+    uid: str
+    group_uid: str
+    task: str
+    task_type: str
+    game: str
+    steps: list[StepSample] = field(default_factory=list)
+    won: bool = False
+    done: bool = False
+
+    @property
+    def n_malformed(self) -> int:
+        """Steps whose output had no well-formed action."""
+        return sum(not s.well_formed for s in self.steps)
+
+    def reward(self, invalid_action_penalty: float) -> float:
+        """Terminal reward ``1[won] - penalty * (malformed steps)``."""
+        return float(self.won) - invalid_action_penalty * self.n_malformed
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Sampling settings of the rollout policy."""
+
+    max_new_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    do_sample: bool = True
+    batch: int = 64
+
+
+def stop_ids(tokenizer) -> list[int]:
+    """Token ids that end a response: EOS and the chat end-of-turn token when the vocabulary has one."""
+    ids = []
+    eos = tokenizer.eos_token_id
+    ids += eos if isinstance(eos, list) else [eos] if eos is not None else []
+    for special in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
+        tid = tokenizer.convert_tokens_to_ids(special)
+        if isinstance(tid, int) and tid >= 0 and tid != tokenizer.unk_token_id and tid not in ids:
+            ids.append(tid)
+    return ids
+
+
+def _trim(ids: list[int], stops: set[int], pad: int | None) -> list[int]:
+    out = []
+    for tid in ids:
+        out.append(tid)
+        if tid in stops:
+            break
+    while out and pad is not None and out[-1] == pad and pad not in stops:
+        out.pop()
+    return out or ids[:1]
+
+
+@torch.inference_mode()
+def generate(model, tokenizer, prompts: Sequence[list[int]], settings: GenerationSettings) -> list[list[int]]:
+    """Sample one response per prompt (left-padded batches); responses end at the first stop token.
+
+    Randomness comes from torch's global generator: seed it (``torch.manual_seed``) before a rollout
+    for reproducible samples.
+    """
+    device = next(model.parameters()).device
+    stops = stop_ids(tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
+    out: list[list[int]] = []
+    for start in range(0, len(prompts), settings.batch):
+        chunk = prompts[start:start + settings.batch]
+        width = max(len(p) for p in chunk)
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for i, p in enumerate(chunk):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        kwargs = dict(do_sample=settings.do_sample, max_new_tokens=settings.max_new_tokens, eos_token_id=stops,
+                      pad_token_id=pad)
+        if settings.do_sample:
+            kwargs.update(temperature=settings.temperature, top_p=settings.top_p, top_k=0)
+        gen = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+        for row in gen[:, width:].tolist():
+            out.append(_trim(row, set(stops), pad))
+    return out
+
+
+def fit_history(render: Callable[[int], list[int]], n_history: int, max_len: int) -> tuple[list[int], int]:
+    """Render with the most history pairs (at most ``n_history``) whose prompt fits ``max_len`` tokens.
+
+    ``render(h)`` renders the prompt showing the last ``h`` pairs. Returns the ids and ``h``; when
+    even ``h = 0`` does not fit, the ``h = 0`` prompt is returned (the caller reports it).
+    """
+    for shown in range(n_history, -1, -1):
+        ids = render(shown)
+        if len(ids) <= max_len:
+            return ids, shown
+    return ids, 0
+
+
+def rollout(
+    model,
+    tokenizer,
+    renderer: PromptRenderer,
+    env,
+    tasks: Sequence[dict],
+    *,
+    env_name: str,
+    history_length: int,
+    max_prompt_length: int,
+    settings: GenerationSettings,
+    progress: bool = True,
+    desc: str = "rollout",
+) -> list[Trajectory]:
+    """Play every environment of ``env`` to the end (win, loss or step cap).
+
+    Parameters
+    ----------
+    model, tokenizer
+        The policy.
+    renderer : PromptRenderer
+        Chat rendering of the interaction prompt.
+    env
+        A batched environment (``reset() -> observations``, ``step(actions) -> results``), one entry
+        per trajectory.
+    tasks : sequence of dict
+        Per environment: ``uid``, ``group_uid`` (G rollouts of a task share it).
+    env_name : str
+        Environment name for the prompt template and output parser.
+    history_length, max_prompt_length : int
+        History window, and the prompt-length cap enforced by dropping older history pairs.
+    settings : GenerationSettings
+    """
+    observations = env.reset()
+    trajs = [Trajectory(uid=t["uid"], group_uid=t["group_uid"], task=o.task, task_type=o.task_type, game=o.game)
+             for t, o in zip(tasks, observations)]
+    current = [(o.text, list(o.admissible)) for o in observations]
+    bar = tqdm(desc=desc, unit="step", disable=not progress, leave=False)
+    while True:
+        active = [i for i, t in enumerate(trajs) if not t.done]
+        if not active:
+            break
+        prompts, shown = [], []
+        for i in active:
+            traj, (obs, admissible) = trajs[i], current[i]
+            history = [(s.obs, s.action) for s in traj.steps]
+
+            def render(h, traj=traj, obs=obs, admissible=admissible, history=history):
+                text = interaction_text(env_name, task=traj.task, step_idx=len(traj.steps), history=history,
+                                        current_obs=obs, admissible_actions=admissible, history_length=h)
+                return renderer.render_ids(text)
+
+            ids, h = fit_history(render, min(history_length, len(history)), max_prompt_length)
+            prompts.append(ids)
+            shown.append(h)
+        responses = generate(model, tokenizer, prompts, settings)
+        actions, samples = [], {}
+        for j, i in enumerate(active):
+            text = tokenizer.decode(responses[j], skip_special_tokens=True)
+            parsed = parse_output(env_name, text)
+            action = parsed.action if parsed.action else text.strip()[:200]
+            traj, (obs, admissible) = trajs[i], current[i]
+            samples[i] = StepSample(
+                step_idx=len(traj.steps), obs=obs, admissible=admissible,
+                history=[(s.obs, s.action) for s in traj.steps], history_shown=shown[j], prompt_ids=prompts[j],
+                response_ids=responses[j], response_text=text, action=action, well_formed=parsed.well_formed)
+            actions.append(action)
+        full_actions = [""] * len(trajs)
+        for j, i in enumerate(active):
+            full_actions[i] = actions[j]
+        results = env.step(full_actions)
+        for i in active:
+            res, sample, traj = results[i], samples[i], trajs[i]
+            sample.obs_next = res.obs
+            sample.feedback_label = res.feedback_label
+            sample.progress_label = res.progress_label
+            sample.operator = res.operator
+            traj.steps.append(sample)
+            traj.won = traj.won or bool(res.won)
+            traj.done = bool(res.done)
+            current[i] = (res.obs, list(res.admissible))
+        bar.update(len(active))
+    bar.close()
+    return trajs

@@ -1,0 +1,48 @@
+"""``python -m training.train --config training/configs/<name>.yaml [key=value ...]``
+
+Trains a policy with one of the registered methods and writes a run folder in the replay-score
+layout (shared/CONTRACT.md). ``--help-config`` lists every key with its default and meaning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from training.config import ConfigError, describe, load_config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", help="YAML config (training/configs/*.yaml)")
+    parser.add_argument("--help-config", action="store_true", help="list every config key and exit")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    args = parser.parse_args(argv)
+    if args.help_config:
+        print(describe())
+        return 0
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    from training.trainer import Trainer, TrainingError
+
+    try:
+        trainer = Trainer(cfg)
+        if trainer.start_step > 1:
+            print(f"resuming {cfg.run_dir} from step {trainer.start_step - 1}", file=sys.stderr)
+        run_dir = trainer.fit()
+    except TrainingError as exc:
+        print(f"training stopped: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted; the last complete checkpoint in {cfg.run_dir} is kept (resume=true continues)",
+              file=sys.stderr)
+        return 130
+    print(f"run written to {run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
