@@ -1,0 +1,99 @@
+"""Rebuild every figure and table the given runs support.
+
+Builds, into ``--out``: Fig. 2 (``fig2_diagnosis``, one per run with replay checkpoints), Fig. 4
+(``fig4_dynamics``, runs overlaid), Fig. 6 (``fig6_cost``) and Table 1 (``table_main``). A figure
+whose inputs are missing (no checkpoints, no validation rows, no timings) is skipped with the
+reason printed; the command still succeeds. Bad input (a missing folder, a malformed file) exits 2.
+
+Command::
+
+    python -m figures --run DIR [--run DIR ...] [--index OUT/index.json] [--out DIR] [--only NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from figures import fig2_diagnosis, fig4_dynamics, fig6_cost, tables
+from figures._common import FigureError, SkipFigure, check_run_dir, load_runs, run_main
+
+__all__ = ["FIGURES", "build_all", "main"]
+
+
+def _fig2(runs, args) -> list[Path]:
+    labelled = load_runs(runs)
+    paths, reasons = [], []
+    for run in labelled:
+        name = fig2_diagnosis.NAME if len(labelled) == 1 else f"{fig2_diagnosis.NAME}_{run.path.name}"
+        try:
+            paths += fig2_diagnosis.build(run.path, args.out, n_boot=args.n_boot, seed=args.seed, name=name,
+                                          pdf=args.pdf, dpi=args.dpi, progress=False)
+        except SkipFigure as exc:
+            reasons.append(str(exc))
+    if not paths:
+        raise SkipFigure("; ".join(reasons))
+    for reason in reasons:
+        print(f"fig2_diagnosis: skipped one run: {reason}")
+    return paths
+
+
+FIGURES: dict[str, Callable[[list, argparse.Namespace], list[Path]]] = {
+    "fig2_diagnosis": _fig2,
+    "fig4_dynamics": lambda runs, a: fig4_dynamics.build(runs, a.out, pdf=a.pdf, dpi=a.dpi),
+    "fig6_cost": lambda runs, a: fig6_cost.build(runs, a.out, pdf=a.pdf, dpi=a.dpi),
+    "tables": lambda runs, a: tables.build(a.out, run_dirs=a.run, index=a.index),
+}
+"""Figure name -> builder(run folders, parsed options) -> written paths."""
+
+
+def build_all(runs: Sequence, args: argparse.Namespace, names: Sequence[str] | None = None) -> dict:
+    """Build the named figures (all by default); returns name -> paths or ``"skipped: <reason>"``."""
+    results = {}
+    for name in names or FIGURES:
+        try:
+            results[name] = FIGURES[name](list(runs), args)
+        except SkipFigure as exc:
+            results[name] = f"skipped: {exc}"
+    return results
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m figures", description=__doc__.split("\n")[0])
+    parser.add_argument("--run", action="append", default=[], metavar="DIR", help="run folder (repeatable)")
+    parser.add_argument("--index", metavar="JSON", help="training.sweep index.json: its runs are used for every "
+                        "figure and the table groups them by method")
+    parser.add_argument("--out", default="figures_out", metavar="DIR", help="output folder (default figures_out)")
+    parser.add_argument("--only", action="append", choices=list(FIGURES), help="build only these (repeatable)")
+    parser.add_argument("--n-boot", type=int, default=1000, help="Fig. 2 bootstrap resamples (default 1000)")
+    parser.add_argument("--seed", type=int, default=0, help="Fig. 2 bootstrap and layout seed (default 0)")
+    parser.add_argument("--pdf", action="store_true", help="also write PDFs")
+    parser.add_argument("--dpi", type=int, default=150, help="PNG resolution (default 150)")
+    args = parser.parse_args(argv)
+    if args.n_boot < 1:
+        raise FigureError(f"--n-boot must be >= 1, got {args.n_boot}")
+    runs = [check_run_dir(r) for r in args.run]
+    if args.index:
+        usable, skipped = tables.read_index(args.index)
+        runs += [e["run_dir"] for e in usable]
+        for reason in skipped:
+            print(f"figures: left out {reason}", file=sys.stderr)
+    if not runs:
+        raise FigureError("no input: give --run DIR (repeatable) or --index OUT/index.json with completed runs")
+    load_runs(runs)  # fail early (exit 2) on a malformed run.json or metrics.jsonl
+    results = build_all(runs, args, args.only)
+    print("\nfigures:")
+    for name, res in results.items():
+        print(f"  {name}: " + (res if isinstance(res, str) else ", ".join(map(str, res))))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m figures``."""
+    return run_main("figures", _main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Plumbing shared by the figure commands: run folders, labels, saving, exit codes.
+
+Exit codes of every ``python -m figures...`` command: 0 built, 1 skipped (the inputs exist but
+cannot support the figure; the reason is printed), 2 bad input (a one-line ``error: ...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+__all__ = ["FigureError", "SkipFigure", "RunInfo", "METHOD_LABELS", "method_label", "check_run_dir", "load_runs",
+           "label_runs", "base_parser", "save_figure", "pyplot", "run_main", "number"]
+
+METHOD_LABELS = {
+    "vanilla": "Vanilla", "grpo": "GRPO", "opsd": "OPSD", "grpo_opsd": "GRPO+OPSD", "rlsd": "RLSD",
+    "sdar": "SDAR", "ocsd": "OCSD", "ocsd_no_ablated": "OCSD w/o Ablated Teacher",
+    "ocsd_random_select": "OCSD Random Selection", "ocsd_all_steps": "OCSD w/o Step Selection",
+    "ocsd_no_sign": "OCSD w/o Sign Alignment",
+}
+"""Method name (``run.json`` ``method``) -> display label, in the paper's row order."""
+
+
+class FigureError(ValueError):
+    """Bad input to a figure command (missing folder, malformed file); exit status 2."""
+
+
+class SkipFigure(Exception):
+    """The inputs exist but do not hold what the figure needs; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run folder with its ``run.json`` fields and metrics rows.
+
+    Attributes
+    ----------
+    path : Path
+    info : dict
+        ``run.json`` (empty when the file is absent).
+    metrics : list of dict
+        ``metrics.jsonl`` rows in file order (empty when absent).
+    label : str
+        Legend/table label (set by :func:`label_runs`).
+    """
+
+    path: Path
+    info: dict
+    metrics: list
+    label: str = ""
+
+    @property
+    def method(self) -> str:
+        return str(self.info.get("method") or self.path.name)
+
+    @property
+    def seed(self):
+        return self.info.get("seed")
+
+
+def method_label(method: str) -> str:
+    """Display label of a method name (unknown names are shown as given)."""
+    return METHOD_LABELS.get(method, method)
+
+
+def number(value) -> float:
+    """A float for drawing: None and non-numbers become nan."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return value
+
+
+def check_run_dir(path) -> Path:
+    """The run folder as a Path; :class:`FigureError` if it does not exist or is not a folder."""
+    path = Path(path)
+    if not path.exists():
+        raise FigureError(f"run folder {path} does not exist")
+    if not path.is_dir():
+        raise FigureError(f"run folder {path} is not a folder")
+    return path
+
+
+def load_runs(paths: Sequence, labels: Sequence[str] | None = None) -> list[RunInfo]:
+    """Read ``run.json`` and ``metrics.jsonl`` of each run folder and give each a label.
+
+    Raises
+    ------
+    FigureError
+        A folder is missing, or ``labels`` does not match the number of runs.
+    ocsd.records.RecordError
+        A file is malformed.
+    """
+    from ocsd.records import read_metrics, read_run_info
+
+    if not paths:
+        raise FigureError("no input: give --run DIR (repeatable)")
+    if labels and len(labels) != len(paths):
+        raise FigureError(f"--label given {len(labels)} time(s) for {len(paths)} --run folder(s)")
+    runs = []
+    for p in paths:
+        path = check_run_dir(p)
+        info = read_run_info(path) if (path / "run.json").exists() else {}
+        runs.append(RunInfo(path=path, info=info, metrics=read_metrics(path)))
+    return label_runs(runs, labels)
+
+
+def label_runs(runs: list[RunInfo], labels: Sequence[str] | None = None) -> list[RunInfo]:
+    """Labels from the method; seed, then folder name, are added where labels would collide."""
+    if labels:
+        return [RunInfo(r.path, r.info, r.metrics, str(lab)) for r, lab in zip(runs, labels)]
+    names = [method_label(r.method) for r in runs]
+    if len(set(names)) < len(names):
+        names = [n if names.count(n) == 1 or r.seed is None else f"{n} (seed {r.seed})" for n, r in zip(names, runs)]
+    if len(set(names)) < len(names):
+        names = [n if names.count(n) == 1 else f"{n} [{r.path.name}]" for n, r in zip(names, runs)]
+    return [RunInfo(r.path, r.info, r.metrics, n) for r, n in zip(runs, names)]
+
+
+def base_parser(prog: str, description: str, *, runs: str = "+") -> argparse.ArgumentParser:
+    """Parser with ``--run`` (repeatable), ``--out``, ``--pdf`` and ``--dpi``."""
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=description)
+    parser.add_argument("--run", action="append", default=[], metavar="DIR",
+                        help="run folder (run.json, metrics.jsonl, global_step_N/); repeat to overlay several"
+                        if runs == "+" else "run folder")
+    parser.add_argument("--out", default="figures_out", metavar="DIR", help="output folder (default figures_out)")
+    parser.add_argument("--pdf", action="store_true", help="also write a PDF next to each PNG")
+    parser.add_argument("--dpi", type=int, default=150, help="PNG resolution (default 150)")
+    return parser
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, out_dir, name: str, *, pdf: bool = False, dpi: int = 150) -> list[Path]:
+    """Write ``<out_dir>/<name>.png`` (and ``.pdf``); closes nothing (the caller owns ``fig``)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{name}.png"]
+    fig.savefig(paths[0], dpi=dpi, bbox_inches="tight")
+    if pdf:
+        paths.append(out_dir / f"{name}.pdf")
+        fig.savefig(paths[1], bbox_inches="tight")
+    return paths
+
+
+def run_main(prog: str, body: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
+    """Run a command body: input errors exit 2 with ``error: ...``, skips exit 1 with ``skipped: ...``."""
+    from ocsd.records import RecordError
+
+    try:
+        return body(argv)
+    except SkipFigure as exc:
+        sys.stderr.write(f"{prog}: skipped: {exc}\n")
+        return 1
+    except (FigureError, RecordError, FileNotFoundError, NotADirectoryError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2

@@ -1,0 +1,154 @@
+"""Paper Fig. 4: training dynamics (validation and training success over steps).
+
+Panels: validation success overall (``val/success_rate``) and per task type
+(``val/success/<type>``) at the validation steps, then training success (``success_rate``) and mean
+reward (``reward_mean``) at every step, all read from each run's ``metrics.jsonl``. Several runs
+overlay, labelled by ``run.json``'s method (seed or folder name added where labels collide, or
+``--label``). Runs without validation rows contribute the training panels only.
+
+Command::
+
+    python -m figures.fig4_dynamics --run A [--run B ...] [--label NAME ...] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from figures._common import RunInfo, SkipFigure, base_parser, load_runs, pyplot, run_main, save_figure
+
+__all__ = ["Curve", "curves", "draw", "build", "main"]
+
+NAME = "fig4_dynamics"
+VAL_OVERALL = "val/success_rate"
+VAL_PREFIX = "val/success/"
+TRAIN_KEYS = {"success_rate": "Training success", "reward_mean": "Training reward"}
+TASK_ORDER = ("pick", "look", "clean", "heat", "cool", "pick2")
+"""ALFWorld task types in the paper's column order; other types follow alphabetically."""
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One metric of one run: the steps where it is present and its values there."""
+
+    label: str
+    key: str
+    steps: np.ndarray
+    values: np.ndarray
+
+
+def _series(run: RunInfo, key: str) -> Curve | None:
+    rows = [(int(r["step"]), float(r[key])) for r in run.metrics if r.get(key) is not None]
+    if not rows:
+        return None
+    steps, values = map(np.asarray, zip(*rows))
+    return Curve(run.label, key, steps, values)
+
+
+def _task_key(key: str):
+    task = key[len(VAL_PREFIX):]
+    return (TASK_ORDER.index(task), "") if task in TASK_ORDER else (len(TASK_ORDER), task)
+
+
+def curves(runs: Sequence[RunInfo]) -> dict[str, list[Curve]]:
+    """Metric key -> the runs' curves, in panel order (validation overall, per task, training).
+
+    Raises
+    ------
+    SkipFigure
+        No run has a metrics row with any of the plotted keys.
+    """
+    task_keys = sorted({k for r in runs for row in r.metrics for k in row if k.startswith(VAL_PREFIX)}, key=_task_key)
+    out = {}
+    for key in (VAL_OVERALL, *task_keys, *TRAIN_KEYS):
+        found = [c for c in (_series(r, key) for r in runs) if c is not None]
+        if found:
+            out[key] = found
+    if not out:
+        names = ", ".join(str(r.path) for r in runs)
+        raise SkipFigure(f"no metrics rows with {VAL_OVERALL}, {VAL_PREFIX}<type> or training success in {names}")
+    return out
+
+
+def _title(key: str) -> str:
+    if key == VAL_OVERALL:
+        return "Validation success (overall)"
+    if key.startswith(VAL_PREFIX):
+        return f"Validation success: {key[len(VAL_PREFIX):]}"
+    return TRAIN_KEYS.get(key, key)
+
+
+def draw(panels: dict[str, list[Curve]], *, ncols: int = 4, title: str | None = None):
+    """One axes per metric key, one line per run (markers at validation steps).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Each axes has ``gid`` equal to its metric key; each line's label is the run label.
+    """
+    plt = pyplot()
+    n = len(panels)
+    ncols = min(ncols, n)
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 2.7 * nrows), squeeze=False)
+    labels = sorted({c.label for cs in panels.values() for c in cs})
+    colors = {lab: f"C{i % 10}" for i, lab in enumerate(labels)}
+    for ax, (key, found) in zip(axes.flat, panels.items()):
+        for c in found:
+            validation = key.startswith("val/")
+            ax.plot(c.steps, c.values, label=c.label, color=colors[c.label], lw=1.4,
+                    marker="o" if validation else None, ms=3)
+        ax.set_title(_title(key), fontsize=9)
+        ax.set_xlabel("training step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3, lw=0.5)
+        if key != "reward_mean":
+            ax.set_ylim(-0.03, 1.03)
+        ax.set_gid(key)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    handles = {lab: h for ax in axes.flat for h, lab in zip(*ax.get_legend_handles_labels())}
+    fig.legend([handles[lab] for lab in labels], labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8,
+               frameon=False, bbox_to_anchor=(0.5, 1.0))
+    if title:
+        fig.suptitle(title, fontsize=10, y=1.0 + 0.25 / nrows)
+    return fig
+
+
+def build(run_dirs: Sequence, out_dir, *, labels: Sequence[str] | None = None, name: str = NAME, pdf: bool = False,
+          dpi: int = 150) -> list[Path]:
+    """Draw Fig. 4 for the runs and write it; prints which runs lack validation rows."""
+    runs = load_runs(run_dirs, labels)
+    panels = curves(runs)
+    for r in runs:
+        if not any(VAL_OVERALL in row for row in r.metrics):
+            print(f"{name}: {r.label} ({r.path}) has no validation rows; training panels only", file=sys.stderr)
+    fig = draw(panels)
+    try:
+        return save_figure(fig, out_dir, name, pdf=pdf, dpi=dpi)
+    finally:
+        pyplot().close(fig)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = base_parser(f"figures.{NAME}", __doc__.split("\n")[0])
+    parser.add_argument("--label", action="append", default=[], help="legend label per --run, in the same order")
+    args = parser.parse_args(argv)
+    paths = build(args.run, args.out, labels=args.label or None, pdf=args.pdf, dpi=args.dpi)
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m figures.fig4_dynamics``."""
+    return run_main(f"figures.{NAME}", _main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,290 @@
+"""Paper Table 1: validation success per task type and overall, mean ± std over seeds.
+
+Each run contributes its last validation row (the last ``metrics.jsonl`` row with
+``val/success_rate``): overall success and ``val/success/<type>`` per task type, shown in percent.
+Runs are grouped by method (and by ``rho``/``beta`` where a method was run with several values);
+a cell is the mean over the group's seeds ± the sample standard deviation (ddof 1; only the mean
+for a single seed). The best mean of each column is bold, the second underlined (LaTeX) or
+italic (Markdown). Runs come from ``--run`` folders or a sweep's ``index.json``
+(``training.sweep``: a list of ``{method, seed, rho, beta, run_dir, status, returncode}``); sweep
+entries with a non-zero return code or a failed status, and runs without a validation row, are
+left out with a printed reason.
+
+Command::
+
+    python -m figures.tables (--index OUT/index.json | --run A --run B ...) [--out DIR] [--format md|latex|both]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, check_run_dir, load_runs, method_label,
+                             run_main)
+
+__all__ = ["Cell", "read_index", "last_validation", "collect", "aggregate", "to_markdown", "to_latex", "build", "main"]
+
+NAME = "table_main"
+VAL_OVERALL = "val/success_rate"
+VAL_PREFIX = "val/success/"
+TASK_NAMES = {"pick": "Pick", "look": "Look", "clean": "Clean", "heat": "Heat", "cool": "Cool", "pick2": "Pick2"}
+"""ALFWorld task types in the paper's column order."""
+OVERALL = "Overall"
+ENV_NAMES = {"alfworld": "ALFWorld", "webshop": "WebShop", "searchqa": "Search-QA"}
+FAILED = {"failed", "error", "crashed", "killed", "timeout", "timed_out"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: values of the seeds (fractions in [0, 1])."""
+
+    values: tuple
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.values)) if self.values else math.nan
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else math.nan
+
+
+def read_index(path) -> tuple[list[dict], list[str]]:
+    """Completed entries of a sweep ``index.json`` (or its folder) with resolved ``run_dir``.
+
+    Returns
+    -------
+    (list of dict, list of str)
+        The usable entries and one reason per entry left out.
+
+    Raises
+    ------
+    FigureError
+        The file is missing, not JSON, or not a list of objects with ``run_dir``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "index.json"
+    if not path.exists():
+        raise FigureError(f"sweep index {path} does not exist")
+    try:
+        entries = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise FigureError(f"{path} is not valid JSON ({exc})") from exc
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and "run_dir" in e for e in entries):
+        raise FigureError(f"{path}: expected a list of objects with a 'run_dir' key (training.sweep's index)")
+    usable, skipped = [], []
+    for e in entries:
+        rc, status = e.get("returncode"), str(e.get("status") or "").lower()
+        run_dir = Path(e["run_dir"])
+        if not run_dir.is_absolute() and not run_dir.exists():
+            run_dir = path.parent / run_dir
+        if rc not in (None, 0) or status in FAILED:
+            skipped.append(f"{run_dir}: sweep status {status or '?'}, return code {rc}")
+        elif not run_dir.is_dir():
+            skipped.append(f"{run_dir}: run folder does not exist (status {status or '?'})")
+        else:
+            usable.append({**e, "run_dir": run_dir})
+    return usable, skipped
+
+
+def last_validation(run: RunInfo) -> dict | None:
+    """The last metrics row with ``val/success_rate`` (None if there is none)."""
+    rows = [r for r in run.metrics if r.get(VAL_OVERALL) is not None]
+    return rows[-1] if rows else None
+
+
+def _hyper(run: RunInfo, entry: dict | None, key: str):
+    if entry is not None and entry.get(key) is not None:
+        return entry[key]
+    config = run.info.get("config") if isinstance(run.info.get("config"), dict) else {}
+    return config.get(key)
+
+
+def collect(runs: Sequence[RunInfo], entries: Sequence[dict | None] | None = None):
+    """Last validation row of each run, keyed by (method, rho, beta).
+
+    Returns
+    -------
+    (dict, list of str)
+        ``{(method, rho, beta): [(seed, row), ...]}`` and the reasons for runs left out.
+    """
+    entries = entries or [None] * len(runs)
+    groups: dict[tuple, list] = {}
+    skipped = []
+    for run, entry in zip(runs, entries):
+        row = last_validation(run)
+        if row is None:
+            skipped.append(f"{run.path}: no validation row ({VAL_OVERALL}) in metrics.jsonl")
+            continue
+        method = str((entry or {}).get("method") or run.method)
+        key = (method, _hyper(run, entry, "rho"), _hyper(run, entry, "beta"))
+        groups.setdefault(key, []).append(((entry or {}).get("seed", run.seed), row))
+    return groups, skipped
+
+
+def _order(method: str):
+    names = list(METHOD_LABELS)
+    return (names.index(method), "") if method in names else (len(names), method)
+
+
+def aggregate(groups: dict) -> tuple[list[str], list[str], dict[str, dict[str, Cell]]]:
+    """Row labels, column names and cells (row label -> column -> :class:`Cell`).
+
+    A method run with one (rho, beta) is labelled by its name; with several, each row also
+    names rho and beta.
+    """
+    types = sorted({k[len(VAL_PREFIX):] for rows in groups.values() for _, r in rows for k in r
+                    if k.startswith(VAL_PREFIX)},
+                   key=lambda t: (list(TASK_NAMES).index(t), "") if t in TASK_NAMES else (len(TASK_NAMES), t))
+    columns = [TASK_NAMES.get(t, t) for t in types] + [OVERALL]
+    keys = sorted(groups, key=lambda k: (_order(k[0]), str(k[1]), str(k[2])))
+    per_method = {m: sum(k[0] == m for k in keys) for m, _, _ in keys}
+    cells, labels = {}, []
+    for key in keys:
+        method, rho, beta = key
+        label = method_label(method) + (f" (rho={rho}, beta={beta})" if per_method[method] > 1 else "")
+        rows = [r for _, r in groups[key]]
+        entry = {TASK_NAMES.get(t, t): Cell(tuple(float(r[VAL_PREFIX + t]) for r in rows
+                                                  if r.get(VAL_PREFIX + t) is not None)) for t in types}
+        entry[OVERALL] = Cell(tuple(float(r[VAL_OVERALL]) for r in rows))
+        cells[label] = entry
+        labels.append(label)
+    return labels, columns, cells
+
+
+def _ranks(labels, columns, cells) -> dict[tuple[str, str], int]:
+    """(row, column) -> 1 for the best mean of the column, 2 for the second (ties share)."""
+    out = {}
+    if len(labels) < 2:
+        return out
+    for col in columns:
+        means = sorted({round(cells[lab][col].mean, 10) for lab in labels if cells[lab][col].n}, reverse=True)
+        for lab in labels:
+            m = cells[lab][col]
+            if m.n and round(m.mean, 10) in means[:2]:
+                out[(lab, col)] = means.index(round(m.mean, 10)) + 1
+    return out
+
+
+def _text(cell: Cell, pm: str) -> str:
+    if not cell.n:
+        return "-"
+    return f"{100 * cell.mean:.1f}" + (f"{pm}{100 * cell.std:.1f}" if cell.n > 1 else "")
+
+
+def to_markdown(labels, columns, cells) -> str:
+    """Markdown table (percent; best bold, second italic; ``n`` = seeds)."""
+    rank = _ranks(labels, columns, cells)
+    lines = ["| Method | n | " + " | ".join(columns) + " |", "|---|---:|" + "---:|" * len(columns)]
+    for lab in labels:
+        out = []
+        for col in columns:
+            t = _text(cells[lab][col], " ± ")
+            out.append({1: f"**{t}**", 2: f"*{t}*"}.get(rank.get((lab, col)), t))
+        lines.append(f"| {lab} | {cells[lab][OVERALL].n} | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
+def _latex_escape(text: str) -> str:
+    return text.replace("\\", r"\textbackslash{}").replace("&", r"\&").replace("%", r"\%").replace("_", r"\_")
+
+
+def to_latex(labels, columns, cells, *, caption: str = "Validation success (\\%) on ALFWorld, mean $\\pm$ std over "
+             "seeds.", label: str = "tab:main_results") -> str:
+    """LaTeX ``table`` with booktabs rules (best bold, second underlined)."""
+    rank = _ranks(labels, columns, cells)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\begin{tabular}{l" + "c" * len(columns) + "}",
+             r"\toprule", "Method & " + " & ".join(rf"\textbf{{{_latex_escape(c)}}}" for c in columns) + r" \\",
+             r"\midrule"]
+    for lab in labels:
+        out = []
+        for col in columns:
+            cell = cells[lab][col]
+            t = "-" if not cell.n else (f"{100 * cell.mean:.1f}" + (rf"$_{{\pm {100 * cell.std:.1f}}}$"
+                                                                    if cell.n > 1 else ""))
+            out.append({1: rf"\textbf{{{t}}}", 2: rf"\underline{{{t}}}"}.get(rank.get((lab, col)), t))
+        lines.append(_latex_escape(lab) + " & " + " & ".join(out) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{caption}}}", rf"\label{{{label}}}", r"\end{table}"]
+    return "\n".join(lines)
+
+
+def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", name: str = NAME) -> list[Path]:
+    """Collect the runs, print the Markdown table and write ``<name>.md`` / ``<name>.tex``.
+
+    Raises
+    ------
+    FigureError
+        Neither runs nor an index given, or a given path is missing.
+    SkipFigure
+        No run has a validation row.
+    """
+    if fmt not in ("md", "latex", "both"):
+        raise FigureError(f"--format must be md, latex or both, got {fmt!r}")
+    entries: list = [None] * len(run_dirs)
+    paths = list(run_dirs)
+    skipped: list[str] = []
+    if index is not None:
+        usable, skipped = read_index(index)
+        paths += [e["run_dir"] for e in usable]
+        entries += usable
+    if not paths:
+        if skipped:
+            raise SkipFigure("no completed run in the sweep index: " + "; ".join(skipped))
+        raise FigureError("no input: give --run DIR (repeatable) or --index OUT/index.json")
+    runs = load_runs([check_run_dir(p) for p in paths])
+    groups, left = collect(runs, entries)
+    for reason in skipped + left:
+        print(f"tables: left out {reason}", file=sys.stderr)
+    if not groups:
+        raise SkipFigure("no run has a validation row (val/success_rate) in metrics.jsonl")
+    labels, columns, cells = aggregate(groups)
+    md = to_markdown(labels, columns, cells)
+    print(md)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    if fmt in ("md", "both"):
+        written.append(out_dir / f"{name}.md")
+        written[-1].write_text(md + "\n")
+    if fmt in ("latex", "both"):
+        written.append(out_dir / f"{name}.tex")
+        envs = sorted({str(r.info.get("env")) for r in runs if r.info.get("env")})
+        env = ENV_NAMES.get(envs[0], envs[0]) if len(envs) == 1 else "the benchmarks"
+        caption = f"Validation success (\\%) on {env}, mean $\\pm$ std over seeds."
+        written[-1].write_text(to_latex(labels, columns, cells, caption=caption) + "\n")
+    return written
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m figures.tables", description=__doc__.split("\n")[0])
+    parser.add_argument("--run", action="append", default=[], metavar="DIR", help="run folder (repeatable)")
+    parser.add_argument("--index", metavar="JSON", help="a training.sweep index.json (or the sweep's output folder)")
+    parser.add_argument("--out", default="figures_out", metavar="DIR", help="output folder (default figures_out)")
+    parser.add_argument("--format", default="both", choices=("md", "latex", "both"), help="files to write")
+    args = parser.parse_args(argv)
+    paths = build(args.out, run_dirs=args.run, index=args.index, fmt=args.format)
+    print("wrote " + ", ".join(map(str, paths)), file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m figures.tables``."""
+    return run_main("figures.tables", _main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""Figure commands on small run folders written with the real record writers."""
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from figures import __main__ as figures_main
+from figures import fig2_diagnosis, fig4_dynamics, fig6_cost, tables
+from figures._common import load_runs
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def assert_png(path):
+    path = Path(path)
+    assert path.exists() and path.stat().st_size > 1000, path
+    assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def bars(fig, gid):
+    """Heights and error-bar (low, high) of the bar axes with this gid."""
+    ax = next(a for a in fig.axes if a.get_gid() == gid)
+    from matplotlib.container import BarContainer
+
+    container = next(c for c in ax.containers if isinstance(c, BarContainer))
+    heights = np.array([p.get_height() for p in container.patches])
+    segments = container.errorbar.lines[2][0].get_segments()
+    lows = np.array([min(s[:, 1]) for s in segments])
+    highs = np.array([max(s[:, 1]) for s in segments])
+    return heights, lows, highs
+
+
+def metrics_frame(run):
+    return pd.read_json(Path(run) / "metrics.jsonl", lines=True)
+
+
+# -- Fig. 2 ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fig2_result(runs):
+    return fig2_diagnosis.compute(runs["ocsd0"], n_boot=40, seed=3, progress=False)
+
+
+def test_fig2_values_drawn_equal_diagnostics(runs, fig2_result):
+    from diagnostics import auroc, dratio, robustness
+    from diagnostics.load import load
+
+    data = load([runs["ocsd0"]])  # the diagnostics called directly, independent of the figure module
+    ref_auroc = auroc.feedback_auroc(data, n_boot=40, seed=3)["signals"]
+    ref_rob = robustness.robustness(data, n_boot=40, seed=3)
+    ref_d = dratio.dratio(data, n_boot=40, seed=3)["categories"]
+    fig = fig2_diagnosis.draw(fig2_result)
+    for gid, ref, key in (("auroc", ref_auroc, "auroc"), ("delta", ref_rob, "delta"), ("dratio", ref_d, "mean")):
+        heights, lows, highs = bars(fig, gid)
+        assert heights == pytest.approx([v[key] for v in ref.values()], abs=1e-12)
+        assert lows == pytest.approx([v["ci_low"] for v in ref.values()], abs=1e-12)
+        assert highs == pytest.approx([v["ci_high"] for v in ref.values()], abs=1e-12)
+    clouds = [a.get_gid() for a in fig.axes if str(a.get_gid()).startswith("clouds:")]
+    assert clouds == ["clouds:full+", "clouds:ablated+", "clouds:residual+", "clouds:residual-"]
+    assert all(a.images for a in fig.axes if str(a.get_gid()).startswith("clouds:"))
+
+
+def test_fig2_command_writes_png_and_values(runs, tmp_path, capsys):
+    assert fig2_diagnosis.main(["--run", str(runs["ocsd0"]), "--out", str(tmp_path), "--n-boot", "30", "--pdf"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert_png(tmp_path / "fig2_diagnosis.png")
+    assert (tmp_path / "fig2_diagnosis.pdf").stat().st_size > 1000
+    values = json.loads((tmp_path / "fig2_diagnosis.json").read_text())
+    assert set(values["auroc"]["signals"]) == {"ablated", "full", "residual"}
+    assert set(values["robustness"]) == {"raw", "standard", "matched", "early", "middle", "late"}
+
+
+def test_fig2_draws_a_diagnostics_report(runs, tmp_path):
+    from diagnostics.load import load
+    from diagnostics.report import build_report
+
+    build_report(load([runs["ocsd0"]]), tmp_path / "diag", n_boot=30, progress=False)
+    result = fig2_diagnosis.read_report(tmp_path / "diag")
+    report = json.loads((tmp_path / "diag" / "report.json").read_text())
+    heights, _, _ = bars(fig2_diagnosis.draw(result), "auroc")
+    assert heights == pytest.approx([v["auroc"] for v in report["auroc"]["signals"].values()])
+    assert fig2_diagnosis.main(["--report", str(tmp_path / "diag" / "report.json"), "--out", str(tmp_path)]) == 0
+    assert_png(tmp_path / "fig2_diagnosis.png")
+
+
+def test_fig2_skips_a_run_without_checkpoints(runs, tmp_path, capsys):
+    assert fig2_diagnosis.main(["--run", str(runs["grpo0"]), "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "skipped" in err and "no complete checkpoint" in err
+    assert not (tmp_path / "fig2_diagnosis.png").exists()
+
+
+# -- Fig. 4 ---------------------------------------------------------------------------------------
+
+def test_fig4_overlays_runs_with_method_labels(runs, tmp_path):
+    dirs = [runs["ocsd0"], runs["ocsd1"], runs["grpo0"]]
+    panels = fig4_dynamics.curves(load_runs(dirs))
+    assert list(panels)[:7] == ["val/success_rate", *(f"val/success/{t}" for t in
+                                                      ("pick", "look", "clean", "heat", "cool", "pick2"))]
+    fig = fig4_dynamics.draw(panels)
+    ax = next(a for a in fig.axes if a.get_gid() == "val/success_rate")
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"OCSD (seed 0)", "OCSD (seed 1)", "GRPO"}
+    ref = metrics_frame(runs["grpo0"]).dropna(subset=["val/success_rate"])
+    assert lines["GRPO"].get_xdata() == pytest.approx(ref["step"].to_numpy())
+    assert lines["GRPO"].get_ydata() == pytest.approx(ref["val/success_rate"].to_numpy())
+    ax = next(a for a in fig.axes if a.get_gid() == "reward_mean")
+    ref = metrics_frame(runs["ocsd1"])
+    assert {l.get_label(): l for l in ax.get_lines()}["OCSD (seed 1)"].get_ydata() == pytest.approx(ref["reward_mean"])
+    assert fig4_dynamics.main([*(x for d in dirs for x in ("--run", str(d))), "--out", str(tmp_path)]) == 0
+    assert_png(tmp_path / "fig4_dynamics.png")
+
+
+def test_fig4_without_validation_rows_draws_training_only(no_val_run, tmp_path, capsys):
+    panels = fig4_dynamics.curves(load_runs([no_val_run]))
+    assert list(panels) == ["success_rate", "reward_mean"]
+    assert fig4_dynamics.main(["--run", str(no_val_run), "--out", str(tmp_path), "--label", "mine"]) == 0
+    assert "has no validation rows; training panels only" in capsys.readouterr().err
+    assert_png(tmp_path / "fig4_dynamics.png")
+
+
+def test_fig4_skips_a_run_without_metrics(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert fig4_dynamics.main(["--run", str(tmp_path / "empty"), "--out", str(tmp_path)]) == 1
+    assert "skipped" in capsys.readouterr().err
+
+
+# -- Fig. 6 ---------------------------------------------------------------------------------------
+
+def test_fig6_bars_are_phase_means(runs, tmp_path, capsys):
+    from tests.figures.runs import make_run
+
+    teacher = make_run(tmp_path / "sdar", method="sdar", seed=2, teacher=True)
+    dirs = [runs["ocsd0"], runs["grpo0"], teacher]
+    means = {r.label: fig6_cost.phase_means(r) for r in load_runs(dirs)}
+    fig = fig6_cost.draw(means)
+    ax = next(a for a in fig.axes if a.get_gid() == "seconds")
+    drawn = {p.get_gid(): p.get_height() for p in ax.patches}
+    for label, run in zip(["OCSD", "GRPO", "SDAR"], dirs):
+        ref = metrics_frame(run).reindex(columns=list(fig6_cost.PHASES)).fillna(0.0).mean()
+        for key, value in ref.items():
+            if value > 0:
+                assert drawn[f"{label}|{key}"] == pytest.approx(value, rel=1e-12)
+            else:
+                assert drawn.get(f"{label}|{key}", 0.0) == 0.0
+    assert fig6_cost.main([*(x for d in dirs for x in ("--run", str(d))), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    ref = metrics_frame(runs["ocsd0"]).reindex(columns=list(fig6_cost.PHASES)).fillna(0.0).mean()
+    assert f"{100 * ref['time/replay_scoring'] / ref.sum():.2f}%" in out
+    assert "| replay-scoring share |" in out and "0.00%" in out  # GRPO does no replay scoring
+    assert_png(tmp_path / "fig6_cost.png")
+
+
+def test_fig6_skips_without_timings(tmp_path, capsys):
+    from ocsd.records import RunWriter
+
+    w = RunWriter(tmp_path / "untimed")
+    w.write_run_json({"run": "untimed", "method": "grpo", "env": "alfworld", "model": "none", "seed": 0})
+    w.append_metrics({"step": 1, "reward_mean": 0.1, "success_rate": 0.0})
+    assert fig6_cost.main(["--run", str(tmp_path / "untimed"), "--out", str(tmp_path)]) == 1
+    assert "time/<phase>" in capsys.readouterr().err
+
+
+# -- Table 1 --------------------------------------------------------------------------------------
+
+def last_val(run):
+    return metrics_frame(run).dropna(subset=["val/success_rate"]).iloc[-1]
+
+
+def test_table_mean_std_over_seeds(runs, tmp_path, capsys):
+    dirs = [runs["ocsd0"], runs["ocsd1"], runs["grpo0"]]
+    assert tables.main([*(x for d in dirs for x in ("--run", str(d))), "--out", str(tmp_path)]) == 0
+    md = capsys.readouterr().out
+    ocsd = pd.DataFrame([last_val(runs["ocsd0"]), last_val(runs["ocsd1"])])
+    row = next(line for line in md.splitlines() if line.startswith("| OCSD |"))
+    cells = [c.strip().strip("*") for c in row.strip("|").split("|")]
+    assert cells[1] == "2"
+    for col, key in zip(cells[2:], [f"val/success/{t}" for t in ("pick", "look", "clean", "heat", "cool", "pick2")]
+                        + ["val/success_rate"]):
+        assert col == f"{100 * ocsd[key].mean():.1f} ± {100 * ocsd[key].std(ddof=1):.1f}"
+    grpo = next(line for line in md.splitlines() if line.startswith("| GRPO |"))
+    assert f"{100 * last_val(runs['grpo0'])['val/success_rate']:.1f}" in grpo
+    assert md.index("| GRPO |") < md.index("| OCSD |")  # the paper's row order
+    tex = (tmp_path / "table_main.tex").read_text()
+    assert r"\begin{tabular}" in tex and r"\textbf{" in tex and r"$_{\pm" in tex
+
+
+def test_table_from_sweep_index(runs, no_val_run, tmp_path, capsys):
+    index = [
+        {"method": "ocsd", "seed": 0, "rho": 0.2, "beta": 0.5, "run_dir": str(runs["ocsd0"]), "status": "ok",
+         "returncode": 0},
+        {"method": "ocsd", "seed": 1, "rho": 0.2, "beta": 0.5, "run_dir": str(runs["ocsd1"]), "status": "ok",
+         "returncode": 0},
+        {"method": "grpo", "seed": 0, "rho": 0.2, "beta": 0.5, "run_dir": str(no_val_run), "status": "ok",
+         "returncode": 0},
+        {"method": "sdar", "seed": 0, "rho": 0.2, "beta": 0.5, "run_dir": "sdar_s0", "status": "failed",
+         "returncode": 1},
+    ]
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    assert tables.main(["--index", str(tmp_path), "--out", str(tmp_path / "out"), "--format", "md"]) == 0
+    captured = capsys.readouterr()
+    assert "| OCSD | 2 |" in captured.out and "GRPO" not in captured.out
+    assert "no validation row" in captured.err and "return code 1" in captured.err
+    assert (tmp_path / "out" / "table_main.md").exists() and not (tmp_path / "out" / "table_main.tex").exists()
+
+
+def test_table_skips_without_validation_rows(no_val_run, tmp_path, capsys):
+    assert tables.main(["--run", str(no_val_run), "--out", str(tmp_path)]) == 1
+    assert "no run has a validation row" in capsys.readouterr().err
+
+
+# -- python -m figures, bad input, no statistics code ----------------------------------------------
+
+def test_all_figures_command(runs, no_val_run, tmp_path):
+    out = tmp_path / "all"
+    proc = subprocess.run([sys.executable, "-m", "figures", "--run", str(runs["ocsd0"]), "--run", str(runs["grpo0"]),
+                           "--out", str(out), "--n-boot", "30"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("fig2_diagnosis_ocsd_s0", "fig4_dynamics", "fig6_cost"):
+        assert_png(out / f"{name}.png")
+    assert (out / "table_main.md").exists() and (out / "table_main.tex").exists()
+    assert "skipped one run" in proc.stdout and "grpo_s0" in proc.stdout
+
+    args = type("Args", (), {"out": tmp_path / "noval", "pdf": False, "dpi": 80, "n_boot": 10, "seed": 0,
+                             "run": [str(no_val_run)], "index": None})()
+    results = figures_main.build_all([no_val_run], args)
+    assert results["tables"].startswith("skipped: no run has a validation row")
+    assert results["fig2_diagnosis"].startswith("skipped:") and "no complete checkpoint" in results["fig2_diagnosis"]
+    assert_png(results["fig4_dynamics"][0])
+
+
+@pytest.mark.parametrize("module", ["figures", "figures.fig2_diagnosis", "figures.fig4_dynamics", "figures.fig6_cost",
+                                    "figures.tables"])
+def test_missing_run_folder_exits_2(module, tmp_path, capsys):
+    import importlib
+
+    main = importlib.import_module(module if module != "figures" else "figures.__main__").main
+    assert main(["--run", str(tmp_path / "nope"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "does not exist" in err
+
+
+def test_bad_input_has_no_traceback(tmp_path):
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "metrics.jsonl").write_text('{"step": 1}\nnot json\n{"step": 3}\n')
+    for args in (["--run", str(tmp_path / "nope")], ["--run", str(tmp_path / "bad")]):
+        proc = subprocess.run([sys.executable, "-m", "figures.fig4_dynamics", *args, "--out", str(tmp_path)],
+                              cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 2
+        assert proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
+
+
+def test_figures_contain_no_statistics_code():
+    banned = {"scipy", "sklearn", "statsmodels"}
+    for path in sorted((ROOT / "figures").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] in banned for n in names), f"{path.name} imports {names}"
+    code = ("import sys, figures.__main__, figures.fig4_dynamics, figures.fig6_cost, figures.tables; "
+            "print(sorted(m for m in ('scipy', 'sklearn', 'diagnostics') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
