@@ -21,6 +21,7 @@ it to the same result as an uninterrupted run with the same seed.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import time
@@ -46,6 +47,12 @@ from training.teachers import teacher_text
 from training.update import LossSettings, UpdateBatch, ppo_update
 
 RECORD_VIEWS = ("student", "full", "ablated")
+REQUIRED_TIMINGS = ("time/rollout", "time/old_logprob", "time/ref_logprob", "time/replay_scoring", "time/advantage",
+                    "time/update", "time/step")
+# settings that may change when a run is resumed; any other difference means a different run
+RESUMABLE_CHANGES = frozenset({"total_steps", "progress", "resume", "save_freq", "test_freq", "val_tasks",
+                               "env_workers", "scoring_token_budget", "micro_batch_tokens", "generation_batch",
+                               "device", "save_weights"})
 
 
 class TrainingError(RuntimeError):
@@ -191,7 +198,24 @@ class Trainer:
         return sorted(found)
 
     def _resume_point(self) -> Path | None:
-        """The last checkpoint with complete replay scores and trainer state, if any."""
+        """The last checkpoint with complete replay scores and trainer state, if any.
+
+        Raises
+        ------
+        TrainingError
+            If ``run_dir`` holds a run with another configuration (beyond :data:`RESUMABLE_CHANGES`).
+        """
+        run_json = Path(self.cfg.run_dir) / "run.json"
+        if run_json.exists() and self._checkpoints():
+            try:
+                previous = json.loads(run_json.read_text()).get("config", {})
+            except json.JSONDecodeError:
+                previous = {}
+            changed = sorted(k for k, v in self.cfg.to_dict().items()
+                             if k in previous and previous[k] != v and k not in RESUMABLE_CHANGES)
+            if changed:
+                raise TrainingError(f"{self.cfg.run_dir} holds a run with other settings ({', '.join(changed)}); "
+                                    f"use another run_dir, or resume=false to replace it")
         for _, path in reversed(self._checkpoints()):
             if (path / "replay" / "meta.json").exists() and (path / "actor" / "trainer_state.pt").exists():
                 return path
@@ -324,6 +348,7 @@ class Trainer:
                         tokenizer=self.tokenizer, views=RECORD_VIEWS)
                     self.save_checkpoint(step, steps_df, tokens_df,
                                          {"truncated_steps": scores.truncated, "skipped_steps": len(scores.skipped)})
+        row.update({name: 0.0 for name in REQUIRED_TIMINGS})
         row.update(timings)
         return row
 

@@ -179,3 +179,11 @@ def test_paper_config_is_valid():
     cfg = load_config(ROOT / "training" / "configs" / "alfworld_paper.yaml", ["device=cpu"])
     assert (cfg.batch_size, cfg.group_size, cfg.total_steps, cfg.rho, cfg.beta) == (16, 8, 150, 0.2, 0.5)
     assert math.isclose(cfg.lr, 1e-6) and cfg.max_steps == 50 and cfg.kl_coef == 0.01
+
+
+def test_resume_refuses_a_run_with_other_settings(tmp_path, games):
+    Trainer(tiny_cfg(tmp_path / "r", total_steps=1, kl_coef=0.0), games=games).fit()
+    with pytest.raises(TrainingError, match=r"other settings \(method\)"):
+        Trainer(tiny_cfg(tmp_path / "r", total_steps=2, kl_coef=0.0, method="grpo"), games=games)
+    fresh = Trainer(tiny_cfg(tmp_path / "r", total_steps=1, kl_coef=0.0, method="grpo", resume=False), games=games)
+    assert fresh.start_step == 1 and not list((tmp_path / "r").glob("global_step_*"))

@@ -1,0 +1,35 @@
+"""The embedded default end to end: the README's main command on a fresh run folder (slow: minutes)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ocsd.records import read_metrics, read_replay, validate_path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_trains_and_the_report_and_figures_run(tmp_path):
+    pytest.importorskip("alfworld", reason="the ALFWorld engine (envs extra) is not installed")
+    run = tmp_path / "demo"
+    train = subprocess.run([sys.executable, "-m", "training.train", "--config", "training/configs/demo.yaml",
+                            f"run_dir={run}", f"games_dir={tmp_path / 'games'}", "progress=false"],
+                           capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert validate_path(run) == []
+    data = read_replay(run)
+    assert data.global_steps == [1, 2] and len(data.tokens) > 0
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows] == [1, 2] and "val/success_rate" in rows[-1]
+    report = subprocess.run([sys.executable, "-m", "diagnostics.report", "--run", str(run), "--out",
+                             str(run / "report")], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert (run / "report" / "report.md").exists()
+    figures = subprocess.run([sys.executable, "-m", "figures", "--run", str(run), "--out", str(run / "figures")],
+                             capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert figures.returncode == 0, figures.stderr[-3000:]
+    assert list((run / "figures").glob("*.png"))
