@@ -1,0 +1,170 @@
+"""ALFWorld on the real engine: real games from the release, generated games, batch env."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("alfworld", reason="alfworld==0.4.2 is not installed (pip install -e .[envs])")
+pytest.importorskip("fast_downward", reason="textworld[pddl]==1.7.0 is not installed")
+
+from training.envs.alfworld import (AlfworldBatchEnv, AlfworldDataError, AlfworldGame,  # noqa: E402
+                                    InvalidPenalty, expert_walkthrough, generate_game, load_games,
+                                    play, scan_games)
+from training.envs.alfworld_game import _USER_ALFWORLD_DATA  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
+
+
+def _real_root() -> Path:
+    for cand in (_USER_ALFWORLD_DATA, REPO.parent / "shared" / "alfworld"):
+        if cand and list(Path(cand).glob("**/json_2.1.1")):
+            return Path(cand)
+    pytest.skip("real ALFWorld games not found: set ALFWORLD_DATA or provide ../shared/alfworld")
+
+
+@pytest.fixture(scope="module")
+def real_root():
+    return _real_root()
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("alfgen")
+    specs = [generate_game(out, seed=0, index=i, task_type=t) for i, t in enumerate(TYPES)]
+    return out, specs
+
+
+# ----------------------------------------------------------------------------- real games
+
+def test_real_valid_seen_scan(real_root):
+    scan = scan_games(real_root, split="valid_seen")
+    assert len(scan.specs) == 140 and len(scan.unsolvable) == 47
+    assert {s.task_type for s in scan.specs} == set(TYPES)
+    assert all(s.task and s.split == "valid_seen" for s in scan.specs)
+
+
+def test_real_game_walkthrough_wins_and_labels(real_root):
+    spec = [s for s in load_games(real_root, split="valid_seen") if s.task_type == "look"][0]
+    plan = expert_walkthrough(spec)
+    game = AlfworldGame(spec)
+    obs = game.reset()
+    assert "Your task is to: " + spec.task in obs.text
+    assert plan[0] in obs.admissible and "look" in obs.admissible
+    r = game.step("jump over the moon")
+    assert r.obs == "Nothing happens." and not r.action_admissible
+    assert (r.feedback_label, r.progress_label, r.operator) == ("invalid", "invalid", "other")
+    r = game.step("look")
+    assert (r.feedback_label, r.progress_label, r.operator) == ("ambiguous", "no_progress", "look")
+    results = [game.step(a) for a in plan]
+    assert [x.feedback_label for x in results] == ["valid"] * len(plan)
+    assert [x.progress_label for x in results] == ["progress"] * len(plan)
+    assert results[-1].won and results[-1].done and results[-1].reward == 1.0
+    assert all(x.reward == 0.0 and not x.done for x in results[:-1])
+    late = game.step("look")
+    assert not late.active and late.done
+    game.close()
+
+
+@pytest.mark.slow
+def test_every_solvable_real_game_wins(real_root):
+    """All 140 solvable valid_seen games win by their planner walkthrough (about 10 min)."""
+    specs = load_games(real_root, split="valid_seen")
+    lost = [s.name for s in specs if not play(s)[1][-1].won]
+    assert not lost
+
+
+# ------------------------------------------------------------------------- generated games
+
+def test_generated_each_type_wins_through_loader(generated):
+    out, specs = generated
+    loaded = load_games(out, split="train")
+    assert sorted(s.task_type for s in loaded) == sorted(TYPES)
+    for spec in loaded:
+        first, results = play(spec)
+        assert results and results[-1].won, spec.name
+        assert "put" in " ".join(r.action for r in results) or spec.task_type == "look"
+        assert "help" not in first.admissible
+
+
+def test_generator_deterministic_and_splits_disjoint(tmp_path, generated):
+    _, specs = generated
+    again = generate_game(tmp_path, seed=0, index=0, task_type="pick")
+    assert Path(again.path).read_bytes() == Path(specs[0].path).read_bytes()
+    other = generate_game(tmp_path, seed=0, index=0, task_type="pick", split="valid")
+    a, b = (json.loads(Path(p).read_text())["pddl_problem"] for p in (again.path, other.path))
+    assert a.split("(:init")[1] != b.split("(:init")[1]
+
+
+def test_flat_folder_and_goal_task_type(tmp_path, generated):
+    _, specs = generated
+    for s in specs:
+        (tmp_path / f"{s.task_type}.tw-pddl").write_bytes(Path(s.path).read_bytes())
+    flat = load_games(tmp_path)
+    assert {s.path.rsplit("/", 1)[1][:-8]: s.task_type for s in flat} == {t: t for t in TYPES}
+
+
+# ------------------------------------------------------------------------------ bad input
+
+def test_missing_folder():
+    with pytest.raises(AlfworldDataError, match="does not exist"):
+        load_games("/no/such/alfworld/folder")
+
+
+def test_malformed_json(tmp_path):
+    (tmp_path / "bad.tw-pddl").write_text("{not json")
+    with pytest.raises(AlfworldDataError, match="bad.tw-pddl.*not valid JSON"):
+        load_games(tmp_path)
+    (tmp_path / "bad.tw-pddl").write_text(json.dumps({"pddl_domain": "x"}))
+    with pytest.raises(AlfworldDataError, match="lacks"):
+        load_games(tmp_path)
+
+
+def test_unsolvable_problem(tmp_path, generated):
+    _, specs = generated
+    data = json.loads(Path(specs[0].path).read_text())
+    data.pop("walkthrough")
+    goal_type = data["generator"]["parent_target"]
+    data["pddl_problem"] = data["pddl_problem"].replace(f"{goal_type}Type)\n", "NoSuchThingType)\n")
+    path = tmp_path / "unsolvable.tw-pddl"
+    path.write_text(json.dumps(data))
+    with pytest.raises(AlfworldDataError, match="unsolvable.tw-pddl"):
+        expert_walkthrough(str(path))
+    data["solvable"] = False
+    path.write_text(json.dumps(data))
+    scan = scan_games(tmp_path)
+    assert scan.specs == [] and scan.unsolvable == [str(path)]
+
+
+def test_penalty_config():
+    assert InvalidPenalty()(1.0, 3) == pytest.approx(0.7)
+    with pytest.raises(ValueError):
+        InvalidPenalty(-1.0)
+
+
+# ------------------------------------------------------------------------------- batch env
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batch_env(generated, workers):
+    _, specs = generated
+    chosen = [specs[0], specs[0], specs[1]]
+    plans = [expert_walkthrough(s) for s in chosen]
+    with AlfworldBatchEnv(chosen, max_steps=6, num_workers=workers, seed=3) as env:
+        obs = env.reset()
+        assert [o.task_type for o in obs] == ["pick", "pick", "look"] and env.seeds == [3, 4, 5]
+        done = [False] * 3
+        for k in range(6):
+            acts = [p[k] if k < len(p) else "look" for p in plans]
+            acts[1] = "jump"
+            res = env.step(acts)
+            for i, r in enumerate(res):
+                assert r.active == (not done[i])
+                done[i] = r.done
+        assert res[0].won is True and res[1].won is False and res[2].won is True
+        assert env.step(["look"] * 3)[1].active is False
+        with pytest.raises(ValueError):
+            env.step(["look"])

@@ -1,0 +1,1 @@
+"""Training runs: environments, rollouts and trainers."""

@@ -1,0 +1,1 @@
+"""Environments for agent rollouts (ALFWorld and others)."""

@@ -1,0 +1,214 @@
+"""Batched ALFWorld environments, in this process or spread over worker processes."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import traceback
+from typing import Sequence
+
+from training.envs.alfworld_game import AlfworldGame, GameSpec, Observation, StepResult
+
+
+def _chunks(n: int, parts: int) -> list[range]:
+    """Split ``range(n)`` into ``parts`` contiguous, nearly equal ranges (empty ones dropped)."""
+    parts = max(1, min(parts, n))
+    bounds = [round(i * n / parts) for i in range(parts + 1)]
+    return [range(bounds[i], bounds[i + 1]) for i in range(parts) if bounds[i + 1] > bounds[i]]
+
+
+class _LocalGroup:
+    """Games played in the calling process."""
+
+    def __init__(self, specs: Sequence[GameSpec], max_steps: int) -> None:
+        self.games: list[AlfworldGame] = []
+        try:
+            for spec in specs:
+                self.games.append(AlfworldGame(spec, max_steps=max_steps))
+        except BaseException:
+            self.close()
+            raise
+
+    def reset(self) -> list[Observation]:
+        return [g.reset() for g in self.games]
+
+    def step(self, actions: Sequence[str]) -> list[StepResult]:
+        return [g.step(a) for g, a in zip(self.games, actions)]
+
+    def close(self) -> None:
+        for g in self.games:
+            g.close()
+        self.games = []
+
+
+def _worker(conn, specs: list[GameSpec], max_steps: int) -> None:
+    group = None
+    try:
+        group = _LocalGroup(specs, max_steps)
+        conn.send(("ok", None))
+        while True:
+            cmd, payload = conn.recv()
+            if cmd == "reset":
+                conn.send(("ok", group.reset()))
+            elif cmd == "step":
+                conn.send(("ok", group.step(payload)))
+            elif cmd == "close":
+                break
+    except (EOFError, KeyboardInterrupt):
+        pass
+    except BaseException as exc:  # report to the parent, which raises it
+        try:
+            conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        except (BrokenPipeError, OSError):
+            pass
+    finally:
+        if group is not None:
+            group.close()
+        conn.close()
+
+
+class _RemoteGroup:
+    """Games played in one worker process; ``send_*`` and ``recv`` overlap workers' work."""
+
+    def __init__(self, ctx, specs: Sequence[GameSpec], max_steps: int) -> None:
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child, list(specs), max_steps), daemon=True)
+        self.proc.start()
+        child.close()
+
+    def send(self, cmd: str, payload=None) -> None:
+        self.conn.send((cmd, payload))
+
+    def recv(self):
+        try:
+            status, payload = self.conn.recv()
+        except EOFError:
+            raise RuntimeError(f"ALFWorld worker process {self.proc.pid} exited "
+                               f"(exit code {self.proc.exitcode})") from None
+        if status == "error":
+            raise RuntimeError(f"ALFWorld worker process {self.proc.pid} failed: {payload}")
+        return payload
+
+    def close(self) -> None:
+        try:
+            self.conn.send(("close", None))
+        except (BrokenPipeError, OSError):
+            pass
+        self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=5)
+        self.conn.close()
+
+
+class AlfworldBatchEnv:
+    """A batch of ALFWorld games stepped together.
+
+    Parameters
+    ----------
+    specs_per_env : list of GameSpec
+        One spec per environment; the trainer repeats a task G times for G rollouts.
+    max_steps : int
+        Step cap per episode (50 for ALFWorld).
+    num_workers : int
+        0 plays every game in this process; N > 0 spreads them over N worker processes
+        (``spawn``), which step in parallel.
+    seed : int
+        Base seed; episode ``e`` of environment ``i`` gets ``seed + i`` at the first reset (the
+        ALFWorld engine itself is deterministic, so the seed only names the episode).
+
+    Notes
+    -----
+    ``reset()`` returns one :class:`Observation` per environment; ``step(actions)`` takes one
+    action per environment and returns one :class:`StepResult` each. An environment that is
+    done ignores further actions and returns an inactive result (``active=False``).
+    """
+
+    def __init__(self, specs_per_env: Sequence[GameSpec], *, max_steps: int = 50,
+                 num_workers: int = 0, seed: int = 0) -> None:
+        specs = list(specs_per_env)
+        if not specs:
+            raise ValueError("AlfworldBatchEnv needs at least one game spec")
+        bad = [s for s in specs if not isinstance(s, GameSpec)]
+        if bad:
+            raise TypeError(f"specs_per_env must hold GameSpec objects, got {type(bad[0]).__name__}")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        self.specs = specs
+        self.max_steps = int(max_steps)
+        self.num_workers = int(num_workers)
+        self.seed = int(seed)
+        self.seeds: list[int] = []
+        self._closed = False
+        if num_workers == 0:
+            self._ranges = [range(len(specs))]
+            self._groups = [_LocalGroup(specs, self.max_steps)]
+        else:
+            ctx = mp.get_context("spawn")
+            self._ranges = _chunks(len(specs), num_workers)
+            self._groups = [_RemoteGroup(ctx, [specs[i] for i in r], self.max_steps)
+                            for r in self._ranges]
+            try:
+                for g in self._groups:
+                    g.recv()
+            except BaseException:
+                self.close()
+                raise
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def _call(self, cmd: str, per_env: list | None = None) -> list:
+        if self._closed:
+            raise RuntimeError("AlfworldBatchEnv is closed")
+        if self.num_workers == 0:
+            group = self._groups[0]
+            return group.reset() if cmd == "reset" else group.step(per_env)
+        for g, r in zip(self._groups, self._ranges):
+            g.send(cmd, None if per_env is None else [per_env[i] for i in r])
+        out: list = []
+        for g in self._groups:
+            out.extend(g.recv())
+        return out
+
+    def reset(self, seed: int | None = None) -> list[Observation]:
+        """Start new episodes in every environment.
+
+        Parameters
+        ----------
+        seed : int, optional
+            New base seed; environment ``i`` records ``seed + i`` in :attr:`seeds`.
+        """
+        if seed is not None:
+            self.seed = int(seed)
+        self.seeds = [self.seed + i for i in range(len(self.specs))]
+        return self._call("reset")
+
+    def step(self, actions: Sequence[str]) -> list[StepResult]:
+        """Execute one action per environment (ignored by environments that are done)."""
+        actions = [str(a) for a in actions]
+        if len(actions) != len(self.specs):
+            raise ValueError(f"step() got {len(actions)} actions for {len(self.specs)} environments")
+        return self._call("step", actions)
+
+    def close(self) -> None:
+        """Stop worker processes and release every engine; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        for g in self._groups:
+            g.close()
+        self._groups = []
+
+    def __enter__(self) -> "AlfworldBatchEnv":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

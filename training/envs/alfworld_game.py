@@ -1,0 +1,468 @@
+"""ALFWorld game files: specs, the data-folder loader and one playable game on the real engine.
+
+Games are TextWorld PDDL files (``*.tw-pddl``: JSON with ``pddl_domain``, ``grammar``,
+``pddl_problem``, ``solvable``) played by :class:`textworld.envs.pddl.PddlEnv` wrapped in
+alfworld's ``AlfredDemangler`` and ``AlfredInfos``. See :mod:`training.envs.alfworld` for the
+public interface.
+
+Progress rule (used by the step labels): the engine's world state is its set of PDDL facts,
+without the bookkeeping facts ``checked`` (set by ``look``, ``inventory`` and ``examine``) and
+fast-downward's derived ``new-axiom@`` facts. An accepted step makes *progress* when it reaches a
+world state that has not occurred earlier in the episode (the initial state included). Moving
+to a new place, opening, taking, putting, heating, cleaning, cooling and switching a lamp on are
+progress the first time; looking, examining, inventory and undoing a change (closing what was
+just opened, walking back) are not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from training.envs.labels import feedback_label, operator_of, progress_label
+
+# alfworld's ``alfworld.info`` sets ``ALFWORLD_DATA`` to ~/.cache/alfworld when it is unset, so
+# the user's value is read once, before alfworld is imported anywhere.
+_USER_ALFWORLD_DATA = os.environ.get("ALFWORLD_DATA")
+
+TASK_TYPES: dict[str, str] = {
+    "pick_and_place_simple": "pick",
+    "look_at_obj_in_light": "look",
+    "pick_clean_then_place_in_recep": "clean",
+    "pick_heat_then_place_in_recep": "heat",
+    "pick_cool_then_place_in_recep": "cool",
+    "pick_two_obj_and_place": "pick2",
+}
+"""ALFWorld task folder prefix -> short task type of CONTRACT.md."""
+
+SHORT_TASK_TYPES: tuple[str, ...] = tuple(TASK_TYPES.values())
+REQUIRED_KEYS: tuple[str, ...] = ("pddl_domain", "grammar", "pddl_problem")
+_TASK_RE = re.compile(r"Your task is to: (.*?)\s*\"")
+_IGNORED_PREDICATES = ("checked",)
+
+
+class AlfworldDataError(ValueError):
+    """A game file or data folder is missing, malformed or unplayable; the message names it."""
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """One ALFWorld game.
+
+    Attributes
+    ----------
+    path : str
+        The ``.tw-pddl`` file.
+    task_type : str
+        ``pick``, ``look``, ``clean``, ``heat``, ``cool`` or ``pick2``.
+    task : str
+        Task text shown to the agent (``"put a clean mug in coffeemachine"``).
+    split : str
+        Split folder (``valid_seen``, ``train``, ...) or the folder name of a flat folder.
+    name : str
+        Short identifier: ``<task folder>/<trial>`` or the file stem.
+    """
+
+    path: str
+    task_type: str
+    task: str
+    split: str
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.task_type not in SHORT_TASK_TYPES:
+            raise ValueError(f"GameSpec {self.path}: unknown task_type {self.task_type!r}; "
+                             f"expected one of {SHORT_TASK_TYPES}")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What an agent sees after ``reset``: task, task type, text and admissible commands."""
+
+    task: str
+    task_type: str
+    text: str
+    admissible: list[str]
+    game: str
+    split: str = ""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """Outcome of one action.
+
+    ``reward`` is 1.0 on the winning step else 0.0 (the invalid-action penalty is the trainer's).
+    ``admissible`` are the next step's commands. ``active`` is False for an environment that was
+    already done before this call; such a result carries no observation and must not be recorded.
+    """
+
+    action: str
+    obs: str
+    reward: float
+    done: bool
+    won: bool
+    admissible: list[str]
+    feedback_label: str
+    progress_label: str
+    operator: str
+    action_admissible: bool
+    step: int
+    truncated: bool = False
+    active: bool = True
+
+
+@dataclass
+class GameScan:
+    """Result of scanning a data folder: playable specs and skipped unsolvable files."""
+
+    specs: list[GameSpec] = field(default_factory=list)
+    unsolvable: list[str] = field(default_factory=list)
+
+
+def data_root(path: str | os.PathLike | None = None) -> Path:
+    """Folder of ALFWorld game files: ``path``, else ``$ALFWORLD_DATA``.
+
+    Raises
+    ------
+    AlfworldDataError
+        When neither is given or the folder does not exist.
+    """
+    chosen = path if path is not None else _USER_ALFWORLD_DATA
+    if chosen is None:
+        raise AlfworldDataError("no ALFWorld data folder: pass --data DIR or set ALFWORLD_DATA "
+                                "(the ALFWorld release's json_2.1.1 layout or a flat folder of "
+                                ".tw-pddl files; `python -m training.envs.alfworld generate` "
+                                "writes one)")
+    root = Path(chosen).expanduser()
+    if not root.is_dir():
+        raise AlfworldDataError(f"ALFWorld data folder {root} does not exist")
+    return root
+
+
+def read_game_file(path: str | os.PathLike) -> dict:
+    """Read and check one ``.tw-pddl`` file; errors name the file and the problem."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise AlfworldDataError(f"game file {path} does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise AlfworldDataError(f"game file {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise AlfworldDataError(f"game file {path} must hold a JSON object, got {type(data).__name__}")
+    missing = [k for k in REQUIRED_KEYS if not isinstance(data.get(k), str)]
+    if missing:
+        raise AlfworldDataError(f"game file {path} lacks the string field(s) {missing}")
+    return data
+
+
+def task_text_of(grammar: str) -> str:
+    """Task text from a game grammar (``"Your task is to: ..."``), without the final period."""
+    match = _TASK_RE.search(grammar)
+    if match is None:
+        return ""
+    return match.group(1).rstrip(".").strip()
+
+
+def task_type_of_goal(pddl_problem: str) -> str:
+    """Task type read from the PDDL goal (used where no task folder name says it)."""
+    idx = pddl_problem.find("(:goal")
+    goal = pddl_problem[idx:] if idx >= 0 else pddl_problem
+    if "isToggled" in goal:
+        return "look"
+    if "isClean" in goal:
+        return "clean"
+    if "isHot" in goal:
+        return "heat"
+    if "isCool" in goal:
+        return "cool"
+    if re.search(r"\(not\s*\(=\s*\?o1\s+\?o2\)\)", goal):
+        return "pick2"
+    return "pick"
+
+
+def _task_type_of_folder(folder: str) -> str | None:
+    prefix = folder.split("-", 1)[0]
+    return TASK_TYPES.get(prefix)
+
+
+def spec_of_file(path: str | os.PathLike, data: dict | None = None) -> GameSpec:
+    """Build the :class:`GameSpec` of one game file (json_2.1.1 layout or flat)."""
+    path = Path(path)
+    data = read_game_file(path) if data is None else data
+    task = task_text_of(data["grammar"])
+    trial, task_dir = path.parent, path.parent.parent
+    folder_type = _task_type_of_folder(task_dir.name)
+    if folder_type is not None:
+        return GameSpec(str(path), folder_type, task, task_dir.parent.name,
+                        f"{task_dir.name}/{trial.name}")
+    meta = data.get("generator") if isinstance(data.get("generator"), dict) else {}
+    split = str(meta.get("split") or path.parent.name)
+    return GameSpec(str(path), task_type_of_goal(data["pddl_problem"]), task, split, path.stem)
+
+
+def scan_games(root: str | os.PathLike | None = None, *, split: str | None = None,
+               task_types: tuple[str, ...] | None = None) -> GameScan:
+    """Find the solvable games under a data folder.
+
+    Parameters
+    ----------
+    root : path, optional
+        A folder holding ``json_2.1.1/<split>/<task>/<trial>/game.tw-pddl`` (at any depth) or a
+        flat folder of ``*.tw-pddl`` files; default ``$ALFWORLD_DATA``.
+    split : str, optional
+        Keep only games of this split (``valid_seen``, ``train``, ...).
+    task_types : tuple of str, optional
+        Keep only these short task types.
+
+    Returns
+    -------
+    GameScan
+        ``specs`` sorted by path; ``unsolvable`` lists files marked ``"solvable": false``.
+    """
+    base = data_root(root)
+    if task_types is not None:
+        bad = [t for t in task_types if t not in SHORT_TASK_TYPES]
+        if bad:
+            raise AlfworldDataError(f"unknown task type(s) {bad}; expected {SHORT_TASK_TYPES}")
+    scan = GameScan()
+    for path in sorted(base.rglob("*.tw-pddl")):
+        data = read_game_file(path)
+        spec = spec_of_file(path, data)
+        if split is not None and spec.split != split:
+            continue
+        if task_types is not None and spec.task_type not in task_types:
+            continue
+        if data.get("solvable") is False:
+            scan.unsolvable.append(str(path))
+            continue
+        scan.specs.append(spec)
+    return scan
+
+
+def load_games(root: str | os.PathLike | None = None, *, split: str | None = None,
+               task_types: tuple[str, ...] | None = None) -> list[GameSpec]:
+    """Solvable games under ``root`` (see :func:`scan_games`); raises when none are found."""
+    scan = scan_games(root, split=split, task_types=task_types)
+    if not scan.specs:
+        where = data_root(root)
+        raise AlfworldDataError(f"no solvable .tw-pddl games under {where}"
+                                + (f" for split {split!r}" if split else "")
+                                + f" ({len(scan.unsolvable)} unsolvable skipped)")
+    return scan.specs
+
+
+# ---------------------------------------------------------------------------------------------
+# Engine
+
+
+@functools.lru_cache(maxsize=256)
+def _translate(domain: str, problem: str, verbose: bool, optimize: bool):
+    return _ORIGINAL_PDDL2SAS[0](domain, problem, verbose=verbose, optimize=optimize)
+
+
+_ORIGINAL_PDDL2SAS: list = []
+
+
+@contextlib.contextmanager
+def _memoized_translation():
+    """Reuse fast-downward's PDDL->SAS translation of identical problems within this process.
+
+    ``PddlState`` translates its problem twice on every load and reset (most of their cost); the
+    result depends only on the domain and problem strings and is only read afterwards.
+    """
+    import fast_downward
+
+    if not _ORIGINAL_PDDL2SAS:
+        _ORIGINAL_PDDL2SAS.append(fast_downward.pddl2sas)
+    original = fast_downward.pddl2sas
+
+    def cached(domain, problem, verbose=False, optimize=False):
+        return _translate(domain, problem, bool(verbose), bool(optimize))
+
+    fast_downward.pddl2sas = cached
+    try:
+        yield
+    finally:
+        fast_downward.pddl2sas = original
+
+
+def _world_state(facts) -> frozenset:
+    return frozenset(str(f) for f in facts
+                     if f.name not in _IGNORED_PREDICATES and not f.name.startswith("new-axiom@"))
+
+
+# Planner libraries of closed engines, reused by new ones (see _close_env).
+_FREE_LIBS: list = []
+
+
+def _make_env(walkthrough: bool = False):
+    import fast_downward
+    import textworld
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+    from textworld.envs.pddl import PddlEnv
+
+    extras = ["gamefile"] + (["walkthrough"] if walkthrough else [])
+    infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=extras)
+    original = fast_downward.load_lib
+    fast_downward.load_lib = lambda: _FREE_LIBS.pop() if _FREE_LIBS else original()
+    try:
+        return AlfredInfos(AlfredDemangler(PddlEnv(infos)))
+    finally:
+        fast_downward.load_lib = original
+
+
+def _close_env(env) -> None:
+    """Close an engine, free its planner state and keep its library copy for the next engine.
+
+    Every engine loads a private 33 MB copy of fast-downward's library. Unloading a copy with
+    ``fast_downward.close_lib`` (``dlclose``) makes the process crash later, when another copy is
+    loaded or at interpreter exit (SIGSEGV); so closed engines hand their copy to new ones instead,
+    and a process holds at most as many copies as it ever had engines open at once.
+    """
+    lib = getattr(env, "downward_lib", None)
+    env.close()
+    if lib is not None:
+        lib.cleanup()
+        _FREE_LIBS.append(lib)
+
+
+def _load(env, path, label: str | None = None) -> None:
+    """Load a game file (or its JSON data, then ``label`` names it in errors)."""
+    if label is not None:
+        path_for_errors = label
+    else:
+        path_for_errors = path
+    try:
+        with _memoized_translation():
+            env.load(path)
+    except KeyError as exc:
+        raise AlfworldDataError(f"game file {path_for_errors} cannot be played: its goal is "
+                                f"unreachable (planner KeyError {exc})") from None
+    except Exception as exc:  # the PDDL parser and translator raise many types
+        raise AlfworldDataError(f"game file {path_for_errors} failed to load in the PDDL engine: "
+                                f"{type(exc).__name__}: {exc}") from None
+
+
+class AlfworldGame:
+    """One ALFWorld game on the real engine with a step cap and per-step labels.
+
+    Parameters
+    ----------
+    spec : GameSpec or path
+        The game to play.
+    max_steps : int
+        Step cap; the step that reaches it ends the episode with ``truncated=True``.
+    """
+
+    def __init__(self, spec: GameSpec | str | os.PathLike, *, max_steps: int = 50) -> None:
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.spec = spec if isinstance(spec, GameSpec) else spec_of_file(spec)
+        self.max_steps = int(max_steps)
+        read_game_file(self.spec.path)
+        self._env = _make_env()
+        _load(self._env, self.spec.path)
+        self._state = None
+        self._seen: set[frozenset] = set()
+        self._steps = 0
+        self._done = True
+        self._won = False
+
+    def reset(self) -> Observation:
+        """Start a fresh episode and return its first observation."""
+        with _memoized_translation():
+            self._state = self._env.reset()
+        self._seen = {_world_state(self._state["_facts"])}
+        self._steps, self._done, self._won = 0, False, False
+        return Observation(task=self.spec.task, task_type=self.spec.task_type,
+                           text=self._state.feedback, admissible=list(self._state["admissible_commands"]),
+                           game=self.spec.path, split=self.spec.split)
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def step(self, action: str) -> StepResult:
+        """Execute ``action``; a done game ignores it and returns an inactive result."""
+        action = str(action)
+        if self._state is None:
+            raise RuntimeError("call reset() before step()")
+        if self._done:
+            return StepResult(action=action, obs="", reward=0.0, done=True, won=self._won,
+                              admissible=[], feedback_label="ambiguous",
+                              progress_label="no_progress", operator=operator_of(action),
+                              action_admissible=False, step=self._steps, active=False)
+        admissible = action.strip() in self._state["admissible_commands"]
+        self._state, _, _ = self._env.step(action)
+        self._steps += 1
+        world = _world_state(self._state["_facts"])
+        progressed = admissible and world not in self._seen
+        self._seen.add(world)
+        feedback = self._state.feedback
+        self._won = bool(self._state["won"])
+        truncated = (not self._won) and self._steps >= self.max_steps
+        self._done = self._won or truncated
+        return StepResult(action=action, obs=feedback, reward=1.0 if self._won else 0.0,
+                          done=self._done, won=self._won,
+                          admissible=list(self._state["admissible_commands"]),
+                          feedback_label=feedback_label(admissible, feedback, progressed),
+                          progress_label=progress_label(admissible, feedback, progressed),
+                          operator=operator_of(action), action_admissible=admissible,
+                          step=self._steps, truncated=truncated)
+
+    def close(self) -> None:
+        """Release the engine (its private copy of the planner library)."""
+        env, self._env = self._env, None
+        if env is not None:
+            _close_env(env)
+
+
+def expert_walkthrough(spec: GameSpec | str | os.PathLike) -> list[str]:
+    """The planner's walkthrough of a game from its initial state (stored one if the file has it).
+
+    Raises
+    ------
+    AlfworldDataError
+        When the file cannot be loaded or the planner finds no plan.
+    """
+    path = spec.path if isinstance(spec, GameSpec) else str(spec)
+    read_game_file(path)
+    env = _make_env(walkthrough=True)
+    try:
+        _load(env, path)
+        try:
+            with _memoized_translation():
+                state = env.reset()
+        except KeyError as exc:
+            raise AlfworldDataError(f"game file {path}: the planner found no plan "
+                                    f"(KeyError {exc}); the game is unsolvable") from None
+        plan = state.get("extra.walkthrough")
+    finally:
+        _close_env(env)
+    if not plan:
+        raise AlfworldDataError(f"game file {path}: the planner returned no walkthrough")
+    return list(plan)
+
+
+def play(spec: GameSpec | str | os.PathLike, actions: list[str] | None = None, *,
+         max_steps: int = 50) -> tuple[Observation, list[StepResult]]:
+    """Play ``actions`` (default: the planner walkthrough) and return the transcript."""
+    actions = expert_walkthrough(spec) if actions is None else list(actions)
+    game = AlfworldGame(spec, max_steps=max_steps)
+    try:
+        first = game.reset()
+        results = []
+        for action in actions:
+            if game.done:
+                break
+            results.append(game.step(action))
+    finally:
+        game.close()
+    return first, results
