@@ -137,15 +137,10 @@ class TrainConfig:
 
     @property
     def data_root(self) -> str | None:
-        """Real ALFWorld data: ``data``, else ``$ALFWORLD_DATA`` when that folder holds game files;
-        None means generated games. (Importing alfworld sets ``ALFWORLD_DATA`` to its cache folder
-        when unset, so an empty or missing folder there is ignored.)"""
-        if self.data:
-            return self.data
-        env = os.environ.get("ALFWORLD_DATA")
-        if env and Path(env).expanduser().is_dir() and next(Path(env).expanduser().rglob("*.tw-pddl"), None):
-            return env
-        return None
+        """Real ALFWorld data: ``data``, else the user's ``$ALFWORLD_DATA``; None means generated games."""
+        from training.envs.alfworld_game import user_data_folder
+
+        return self.data or user_data_folder()
 
 
 def _field_types() -> dict[str, Any]:

@@ -133,3 +133,9 @@ def replay_tables(
                                for k in token_cols})
     tokens.insert(0, "global_step", np.int64(global_step))
     return pd.DataFrame(step_rows), tokens
+
+
+def only_views(scores: ReplayScores, views: Sequence[str]) -> ReplayScores:
+    """Keep the steps that have every one of ``views`` (the others are written as unscored)."""
+    kept = {k: v for k, v in scores.logp.items() if all(name in v for name in views)}
+    return ReplayScores(logp=kept, truncated=scores.truncated, skipped=scores.skipped)

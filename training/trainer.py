@@ -26,23 +26,22 @@ import os
 import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ocsd.advantages import grpo_advantage, linear_decay
+from ocsd.advantages import linear_decay
 from ocsd.methods import MethodSpec, TokenInputs, get_method, token_advantages
-from ocsd.prompts import PromptRenderer, interaction_text
+from ocsd.prompts import interaction_text
 from ocsd.records import RunWriter, write_replay
-from ocsd.scoring import ReplayScorer, response_logprobs
-from ocsd.signals import calibration_signal, select_steps, step_nll
+from ocsd.signals import calibration_signal
 from training.config import TrainConfig
 from training.envs.games import GameSource
-from training.replay import ReplayScores, StepKey, replay_tables, score_steps
-from training.rollout import GenerationSettings, Trajectory, rollout
+from training.policy import Policy, batch_statistics, load_policy, timed
+from training.replay import ReplayScores, StepKey, only_views, replay_tables, score_steps
+from training.rollout import Trajectory
 from training.teachers import teacher_text
 from training.update import LossSettings, UpdateBatch, ppo_update
 
@@ -59,50 +58,9 @@ class TrainingError(RuntimeError):
     """The run cannot continue (e.g. a non-finite loss); the last checkpoint is kept."""
 
 
-@contextmanager
-def timed(timings: dict[str, float], name: str):
-    """Add the wall time of the block to ``timings[name]``."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
-
-
 # ----------------------------------------------------------------------------------------------
 # model set-up
 # ----------------------------------------------------------------------------------------------
-
-
-def load_policy(cfg: TrainConfig, init_from: Path | None = None):
-    """Tokenizer and policy model (LoRA-wrapped when ``lora_rank > 0``), in eval mode on ``cfg.device``.
-
-    ``init_from`` is a checkpoint's ``actor/`` folder: its weights (or LoRA adapter) replace the
-    initial ones.
-    """
-    from ocsd.models import load_model, load_tokenizer, resolve_dtype, tiny_model
-
-    tokenizer = load_tokenizer("smollm2" if cfg.model == "tiny" else cfg.model)
-    lora = cfg.lora_rank > 0
-    if init_from is not None and not lora:
-        model = load_model(init_from, device="cpu", dtype=torch.float32)
-    elif cfg.model == "tiny":
-        model = tiny_model(vocab_size=len(tokenizer), seed=cfg.seed)
-    else:
-        model = load_model(cfg.model, device="cpu", dtype=torch.float32)
-    if lora:
-        from peft import LoraConfig, PeftModel, get_peft_model
-
-        if init_from is not None:
-            model = PeftModel.from_pretrained(model, init_from / "adapter", is_trainable=True)
-        else:
-            model = get_peft_model(model, LoraConfig(
-                r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, bias="none",
-                target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
-    model = model.to(device=cfg.device, dtype=resolve_dtype(cfg.dtype)).eval()
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer, model
 
 
 def _trainable(model) -> list[torch.nn.Parameter]:
@@ -124,16 +82,6 @@ def reference_policy(model, ref_model):
 # ----------------------------------------------------------------------------------------------
 
 
-@dataclass
-class StepBatch:
-    """All per-step tensors of one training step, rows in trajectory order."""
-
-    keys: list[StepKey]
-    traj_of_row: np.ndarray
-    old_logp: torch.Tensor
-    mask: torch.Tensor
-
-
 class Trainer:
     """Runs :class:`TrainConfig` to completion, writing the run folder.
 
@@ -151,19 +99,16 @@ class Trainer:
         self.games = games or GameSource.from_config(cfg)
         self.start_step = 1
         resume_from = self._resume_point() if cfg.resume else None
-        self.tokenizer, self.model = load_policy(cfg, init_from=resume_from / "actor" if resume_from else None)
+        self.policy = Policy(cfg, self.games, init_from=resume_from / "actor" if resume_from else None)
+        self.tokenizer, self.model, self.renderer = self.policy.tokenizer, self.policy.model, self.policy.renderer
         if resume_from is None:
             self._clear_run()
-        self.renderer = PromptRenderer(self.tokenizer)
         self.ref_model = None
         if cfg.kl_coef > 0 and cfg.lora_rank == 0:
             self.ref_model = load_policy(cfg)[1] if resume_from else copy.deepcopy(self.model)
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
         self.optimizer = torch.optim.AdamW(_trainable(self.model), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.scorer = ReplayScorer(self.model, token_budget=cfg.scoring_token_budget, progress=False)
-        self.settings = GenerationSettings(max_new_tokens=cfg.max_response_length, temperature=cfg.temperature,
-                                           top_p=cfg.top_p, batch=cfg.generation_batch)
         self.loss_settings = LossSettings(clip_ratio=cfg.clip_ratio, kl_coef=cfg.kl_coef, kl_type=cfg.kl_type,
                                           loss_agg_mode=cfg.loss_agg_mode, aux_coef=cfg.sdar_coef,
                                           gate_beta=cfg.gate_beta, grad_clip=cfg.grad_clip,
@@ -248,28 +193,6 @@ class Trainer:
 
     # -- one step -------------------------------------------------------------------------------
 
-    def _rng(self, step: int, purpose: int) -> np.random.Generator:
-        return np.random.default_rng([self.cfg.seed, step, purpose])
-
-    def collect(self, step: int, specs, *, train: bool = True, desc: str = "rollout") -> list[Trajectory]:
-        """Roll out ``specs`` (one environment each) with the current policy."""
-        torch.manual_seed(int(self._rng(step, 1 if train else 2).integers(2**31)))
-        tasks = [{"uid": f"s{step}_t{i // self.cfg.group_size}_r{i % self.cfg.group_size}",
-                  "group_uid": f"s{step}_t{i // self.cfg.group_size}"} for i in range(len(specs))]
-        settings = self.settings if train else GenerationSettings(
-            max_new_tokens=self.cfg.max_response_length, do_sample=False, batch=self.cfg.generation_batch)
-        env = self.games.make_env(specs, max_steps=self.cfg.max_steps, workers=self.cfg.env_workers, seed=step)
-        try:
-            return rollout(self.model, self.tokenizer, self.renderer, env, tasks, env_name=self.cfg.env,
-                           history_length=self.cfg.history_length, max_prompt_length=self.cfg.max_prompt_length,
-                           settings=settings, progress=self.cfg.progress, desc=desc)
-        finally:
-            env.close()
-
-    def _logprobs(self, model, pairs) -> tuple[torch.Tensor, torch.Tensor]:
-        lp, mask = response_logprobs(model, pairs, padded=True, token_budget=self.cfg.scoring_token_budget)
-        return lp.float().cpu(), mask.cpu()
-
     def _teacher_logp(self, trajs: list[Trajectory], keys: list[StepKey]) -> tuple[torch.Tensor, list]:
         prompts = []
         for t, k in keys:
@@ -279,7 +202,7 @@ class Trainer:
                                     admissible_actions=s.admissible)
             prompts.append(self.renderer.render_ids(teacher_text(self.cfg.env, traj.task_type, text)))
         pairs = [(p, trajs[t].steps[k].response_ids) for p, (t, k) in zip(prompts, keys)]
-        return self._logprobs(self.model, pairs)[0], prompts
+        return self.policy.logprobs(pairs)[0], prompts
 
     def train_step(self, step: int) -> dict:
         """Run one training step; returns its metrics row (and writes a checkpoint when due)."""
@@ -287,40 +210,29 @@ class Trainer:
         is_ckpt = step % cfg.save_freq == 0 or step == cfg.total_steps
         with timed(timings, "time/step"):
             with timed(timings, "time/rollout"):
-                specs = self.games.sample_train(self._rng(step, 0), cfg.batch_size)
-                trajs = self.collect(step, [s for s in specs for _ in range(cfg.group_size)])
-            keys = [(t, s.step_idx) for t, traj in enumerate(trajs) for s in traj.steps]
-            pairs = [(trajs[t].steps[k].prompt_ids, trajs[t].steps[k].response_ids) for t, k in keys]
-            traj_of_row = np.array([t for t, _ in keys])
-            rewards = np.array([tr.reward(cfg.invalid_action_penalty) for tr in trajs])
-            groups = torch.tensor([int(tr.group_uid.split("_t")[-1]) for tr in trajs])
-            with timed(timings, "time/advantage"):
-                adv_traj = grpo_advantage(torch.from_numpy(rewards), groups).numpy()
-            with timed(timings, "time/old_logprob"):
-                old_logp, mask = self._logprobs(self.model, pairs)
+                specs = self.games.sample_train(self.policy.rng(step, 0), cfg.batch_size)
+                trajs = self.policy.collect(step, [s for s in specs for _ in range(cfg.group_size)])
+            stats = batch_statistics(self.policy, trajs, step, spec.selection, timings)
+            keys, pairs, old_logp, mask = stats.keys, stats.pairs, stats.old_logp, stats.mask
             ref_logp = None
             if cfg.kl_coef > 0:
                 with timed(timings, "time/ref_logprob"), reference_policy(self.model, self.ref_model) as ref:
-                    ref_logp = self._logprobs(ref, pairs)[0]
-            with timed(timings, "time/advantage"):
-                nll = step_nll(old_logp.double(), mask)
-                selected = select_steps(nll, torch.from_numpy(traj_of_row), cfg.rho, mode=spec.selection,
-                                        generator=self._rng(step, 3))
-            sel_keys = [key for key, s in zip(keys, selected.tolist()) if s]
+                    ref_logp = self.policy.logprobs(pairs, model=ref)[0]
+            sel_keys = stats.selected_keys
             views = set(spec.replay_views) | (set(RECORD_VIEWS) - {"student"} if is_ckpt and cfg.write_replay else set())
             scores = ReplayScores()
             with timed(timings, "time/replay_scoring"):
                 if views:
-                    student = {key: old_logp[i, : int(mask[i].sum())].numpy() for i, key in enumerate(keys)}
-                    scores = score_steps(self.scorer, self.renderer, trajs, sel_keys, sorted(views), student,
-                                         env_name=cfg.env, max_prompt_length=cfg.max_prompt_length)
+                    scores = score_steps(self.policy.scorer, self.renderer, trajs, sel_keys, sorted(views),
+                                         stats.student_logp(), env_name=cfg.env,
+                                         max_prompt_length=cfg.max_prompt_length)
             teacher_logp, teacher_prompts = None, None
             if spec.privileged_teacher:
                 with timed(timings, "time/teacher_logprob"):
                     teacher_logp, teacher_prompts = self._teacher_logp(trajs, keys)
             with timed(timings, "time/advantage"):
-                inputs = self._token_inputs(keys, adv_traj[traj_of_row], old_logp, mask, selected, scores,
-                                            teacher_logp)
+                inputs = self._token_inputs(keys, stats.advantages[stats.traj_of_row], old_logp, mask,
+                                            stats.selected, scores, teacher_logp)
                 token_adv = token_advantages(spec, inputs, beta=cfg.beta,
                                              rlsd_lambda=linear_decay(step, cfg.rlsd_lambda, cfg.rlsd_warmdown_steps),
                                              rlsd_clip_eps=cfg.rlsd_clip_eps)
@@ -333,18 +245,17 @@ class Trainer:
                         UpdateBatch([p for p, _ in pairs], [r for _, r in pairs], old_logp, token_adv, mask,
                                     ref_logp=ref_logp, teacher_logp=teacher_logp, teacher_prompt_ids=teacher_prompts),
                         self.loss_settings, epochs=cfg.ppo_epochs, mini_batches=cfg.mini_batches,
-                        rng=self._rng(step, 4))
+                        rng=self.policy.rng(step, 4))
                 except FloatingPointError as exc:
                     raise TrainingError(f"step {step}: {exc}; the run stops and keeps its last checkpoint "
                                         f"in {cfg.run_dir}") from exc
-            row = self._metrics(step, trajs, rewards, adv_traj, selected, inputs, token_adv, scores, update_metrics)
+            row = self._metrics(step, trajs, stats, inputs, token_adv, scores, update_metrics)
             if is_ckpt:
                 with timed(timings, "time/save_checkpoint"):
                     record_scores = scores if cfg.write_replay else ReplayScores()
                     steps_df, tokens_df = replay_tables(
-                        trajs, global_step=step, rewards=rewards, advantages=adv_traj,
-                        nll={key: float(v) for key, v in zip(keys, nll.tolist())},
-                        selected=set(sel_keys), scores=_only_views(record_scores, RECORD_VIEWS),
+                        trajs, global_step=step, rewards=stats.rewards, advantages=stats.advantages,
+                        nll=stats.nll_by_key(), selected=set(sel_keys), scores=only_views(record_scores, RECORD_VIEWS),
                         tokenizer=self.tokenizer, views=RECORD_VIEWS)
                     self.save_checkpoint(step, steps_df, tokens_df,
                                          {"truncated_steps": scores.truncated, "skipped_steps": len(scores.skipped)})
@@ -375,8 +286,9 @@ class Trainer:
         warm = int(self.cfg.warmup_ratio * self.cfg.total_steps)
         return self.cfg.lr * min(1.0, step / warm) if warm > 0 else self.cfg.lr
 
-    def _metrics(self, step, trajs, rewards, adv_traj, selected, inputs, token_adv, scores, update_metrics) -> dict:
+    def _metrics(self, step, trajs, stats, inputs, token_adv, scores, update_metrics) -> dict:
         won = np.array([t.won for t in trajs], dtype=float)
+        rewards, adv_traj, selected = stats.rewards, stats.advantages, stats.selected
         row = {"step": step, "reward_mean": float(rewards.mean()), "success_rate": float(won.mean()),
                "episode_length": float(np.mean([len(t.steps) for t in trajs])),
                "invalid_action_rate": float(np.mean([not s.well_formed for t in trajs for s in t.steps])),
@@ -399,7 +311,7 @@ class Trainer:
     def validate(self, step: int) -> dict:
         """Greedy episodes on validation games: success rate overall and per task type (``val/...``)."""
         specs = self.games.validation(self.cfg.val_tasks)
-        trajs = self.collect(step, specs, train=False, desc="validation")
+        trajs = self.policy.collect(step, specs, train=False, desc="validation")
         row = {"val/success_rate": float(np.mean([t.won for t in trajs]))}
         for task_type in sorted({t.task_type for t in trajs}):
             row[f"val/success/{task_type}"] = float(np.mean([t.won for t in trajs if t.task_type == task_type]))
@@ -419,9 +331,3 @@ class Trainer:
             self.writer.append_metrics(row)
             bar.set_postfix(reward=f"{row['reward_mean']:.2f}", success=f"{row['success_rate']:.2f}")
         return Path(cfg.run_dir)
-
-
-def _only_views(scores: ReplayScores, views) -> ReplayScores:
-    """Keep steps that have every record view (others are written as unscored)."""
-    kept = {k: v for k, v in scores.logp.items() if all(name in v for name in views)}
-    return ReplayScores(logp=kept, truncated=scores.truncated, skipped=scores.skipped)

@@ -14,14 +14,14 @@ pytest.importorskip("fast_downward", reason="textworld[pddl]==1.7.0 is not insta
 from training.envs.alfworld import (AlfworldBatchEnv, AlfworldDataError, AlfworldGame,  # noqa: E402
                                     InvalidPenalty, expert_walkthrough, generate_game, load_games,
                                     play, scan_games)
-from training.envs.alfworld_game import _USER_ALFWORLD_DATA  # noqa: E402
+from training.envs.alfworld_game import user_data_folder  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
 
 
 def _real_root() -> Path:
-    for cand in (_USER_ALFWORLD_DATA, REPO.parent / "shared" / "alfworld"):
+    for cand in (user_data_folder(), REPO.parent / "shared" / "alfworld"):
         if cand and list(Path(cand).glob("**/json_2.1.1")):
             return Path(cand)
     pytest.skip("real ALFWorld games not found: set ALFWORLD_DATA or provide ../shared/alfworld")

@@ -26,9 +26,23 @@ from pathlib import Path
 
 from training.envs.labels import feedback_label, operator_of, progress_label
 
-# alfworld's ``alfworld.info`` sets ``ALFWORLD_DATA`` to ~/.cache/alfworld when it is unset, so
-# the user's value is read once, before alfworld is imported anywhere.
-_USER_ALFWORLD_DATA = os.environ.get("ALFWORLD_DATA")
+# alfworld's ``alfworld.info`` sets ``ALFWORLD_DATA`` to this folder when it is unset.
+_ALFWORLD_DEFAULT_DATA = os.path.expanduser("~/.cache/alfworld")
+
+
+def user_data_folder() -> str | None:
+    """The user's ``$ALFWORLD_DATA``, or None.
+
+    Importing alfworld sets the variable to ``~/.cache/alfworld`` when it is unset; that value counts
+    only when the folder holds game files (a user's ``alfworld-download`` puts them there).
+    """
+    value = os.environ.get("ALFWORLD_DATA")
+    if not value:
+        return None
+    folder = Path(value).expanduser()
+    if str(folder) == _ALFWORLD_DEFAULT_DATA and not (folder.is_dir() and next(folder.rglob("*.tw-pddl"), None)):
+        return None
+    return value
 
 TASK_TYPES: dict[str, str] = {
     "pick_and_place_simple": "pick",
@@ -132,7 +146,7 @@ def data_root(path: str | os.PathLike | None = None) -> Path:
     AlfworldDataError
         When neither is given or the folder does not exist.
     """
-    chosen = path if path is not None else _USER_ALFWORLD_DATA
+    chosen = path if path is not None else user_data_folder()
     if chosen is None:
         raise AlfworldDataError("no ALFWorld data folder: pass --data DIR or set ALFWORLD_DATA "
                                 "(the ALFWorld release's json_2.1.1 layout or a flat folder of "

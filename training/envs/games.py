@@ -17,7 +17,9 @@ from training.envs.alfworld import AlfworldBatchEnv, GameSpec, generate_games, l
 from training.envs.alfworld_game import AlfworldDataError
 
 
-def _generated(folder: Path, n: int, split: str, seed: int, progress: bool) -> list[GameSpec]:
+def generated_games(folder: Path, n: int, split: str, seed: int, progress: bool = True) -> list[GameSpec]:
+    """``n`` generated games of ``split`` with generator seed ``seed`` in ``folder``: the ones already
+    there, else newly generated (deterministic, so regenerating writes the same games)."""
     try:
         have = load_games(folder, split=split)
     except AlfworldDataError:
@@ -44,16 +46,22 @@ class GameSource:
     origin: str
 
     @classmethod
-    def from_config(cls, cfg) -> "GameSource":
-        """Real games from ``cfg.data_root`` or generated games in ``cfg.games_dir``."""
+    def from_config(cls, cfg, *, train: bool = True, valid: bool = True, val_split: str | None = None,
+                    n_valid: int | None = None) -> "GameSource":
+        """Real games from ``cfg.data_root`` or generated games in ``cfg.games_dir``.
+
+        ``train``/``valid`` choose which splits are loaded (or generated); ``val_split`` and
+        ``n_valid`` override the config's validation split and size.
+        """
         root = cfg.data_root
         if root:
-            return cls(load_games(root, split=cfg.train_split), load_games(root, split=cfg.val_split),
-                       f"real:{root}")
+            split = val_split or cfg.val_split
+            return cls(load_games(root, split=cfg.train_split) if train else [],
+                       load_games(root, split=split)[:n_valid] if valid else [], f"real:{root}")
         folder = Path(cfg.games_dir)
-        train = _generated(folder, cfg.n_train_games, "train", cfg.seed, cfg.progress)
-        valid = _generated(folder, cfg.n_val_games, "valid", cfg.seed, cfg.progress)
-        return cls(train, valid, f"generated:{folder}")
+        return cls(generated_games(folder, cfg.n_train_games, "train", cfg.seed, cfg.progress) if train else [],
+                   generated_games(folder, n_valid or cfg.n_val_games, "valid", cfg.seed, cfg.progress)
+                   if valid else [], f"generated:{folder}")
 
     def sample_train(self, rng: np.random.Generator, n: int) -> list[GameSpec]:
         """``n`` distinct training games (with replacement only when there are fewer than ``n``)."""

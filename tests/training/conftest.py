@@ -1,0 +1,74 @@
+"""Fixtures of the collect / evaluate / sweep command tests.
+
+``alfworld_games``: a session-wide folder of generated ALFWorld games (2 training, 2 validation,
+generator seed 0), made once with the real generator (a few seconds per game).
+``tiny_overrides``: ``key=value`` settings that keep a run of the tiny random model to seconds.
+``no_user_data``: hides a real-data ``$ALFWORLD_DATA`` so commands use the generated games.
+``tiny_checkpoint``: a ``global_step_7`` folder in the trainer's layout (``actor/`` Hugging Face folder
+with tokenizer and ``trainer_state.pt``, ``run.json`` beside it) holding a tiny random model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+
+def _need_alfworld():
+    # find_spec, not import: importing alfworld sets $ALFWORLD_DATA to its cache folder
+    for name, why in (("alfworld", "alfworld==0.4.2"), ("fast_downward", "textworld[pddl]==1.7.0")):
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{why} is not installed (pip install -e .[envs])")
+
+
+@pytest.fixture()
+def no_user_data(monkeypatch):
+    """Run as a user without real ALFWorld data: generated games only."""
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+
+
+@pytest.fixture(scope="session")
+def alfworld_games(tmp_path_factory) -> Path:
+    _need_alfworld()
+    from training.config import make_config
+    from training.envs.games import GameSource
+
+    folder = tmp_path_factory.mktemp("cmd_games")
+    cfg = make_config(dict(games_dir=str(folder), n_train_games=2, n_val_games=2, seed=0, progress=False))
+    source = GameSource.from_config(cfg)
+    assert len(source.train) == 2 and len(source.valid) == 2
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_overrides(alfworld_games) -> list[str]:
+    return [f"games_dir={alfworld_games}", "n_train_games=2", "n_val_games=2", "max_steps=2",
+            "max_response_length=8", "max_prompt_length=1024", "history_length=1", "progress=false",
+            "generation_batch=8", "env_workers=1"]
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory, alfworld_games) -> Path:
+    import torch
+
+    from ocsd.models import ModelNotFoundError, load_tokenizer, tiny_model
+
+    try:
+        tokenizer = load_tokenizer("smollm2")
+    except ModelNotFoundError as err:
+        pytest.skip(f"SmolLM2's tokenizer is not available: {err}")
+    run = tmp_path_factory.mktemp("cmd_run")
+    actor = run / "global_step_7" / "actor"
+    actor.mkdir(parents=True)
+    tiny_model(vocab_size=len(tokenizer), seed=3).save_pretrained(actor, safe_serialization=True)
+    tokenizer.save_pretrained(actor)
+    torch.save({"global_step": 7, "optimizer": {}}, actor / "trainer_state.pt")
+    config = {"env": "alfworld", "max_steps": 2, "max_response_length": 8, "history_length": 1,
+              "max_prompt_length": 1024, "rho": 0.5, "beta": 0.5, "games_dir": str(alfworld_games),
+              "n_train_games": 2, "n_val_games": 2, "device": "cuda", "lora_rank": 8}
+    (run / "run.json").write_text(json.dumps({"schema_version": 1, "run": "tinyrun", "method": "ocsd",
+                                              "env": "alfworld", "model": "tiny", "seed": 0, "config": config}))
+    return run / "global_step_7"

@@ -1,0 +1,131 @@
+"""``python -m training.collect``: replay records of a model without updating it (tiny random model,
+generated ALFWorld games, real engine and scorer)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ocsd.records import read_replay, validate_replay
+from training.collect import UsageError, main, resolve_model_source
+
+pytestmark = pytest.mark.usefixtures("no_user_data")
+
+REPO = Path(__file__).resolve().parents[2]
+
+USER_VIEW = '''
+from ocsd.views import TemplateView, evidence_pieces
+
+
+class NextObsOnly(TemplateView):
+    """Only o_{k+1} as evidence, no action schema."""
+
+    name = "next_obs_only"
+
+    def evidence(self, step):
+        return evidence_pieces(step, horizon=1, schema=False)
+'''
+
+
+def _check_selection(steps: pd.DataFrame, rho: float) -> None:
+    for uid, rows in steps.groupby("traj_uid"):
+        k = int(rows["num_steps"].iloc[0])
+        assert sorted(rows["step_idx"]) == list(range(k)), uid  # every step of the trajectory has a row
+        assert rows["selected"].sum() / k == pytest.approx(math.ceil(rho * k) / k), uid
+
+
+def test_base_model_collection_is_a_valid_checkpoint(tmp_path, tiny_overrides):
+    out = tmp_path / "collect"
+    rc = main(["--model", "tiny", "--tasks", "2", "--group", "2", "--out", str(out), "--rho", "0.5",
+               "--seed", "0", *tiny_overrides])
+    assert rc == 0
+    ckpt = out / "global_step_0"
+    assert validate_replay(ckpt) == []
+    cli = subprocess.run([sys.executable, "-m", "ocsd.records", "validate", str(out)], cwd=REPO,
+                         capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    data = read_replay(ckpt)
+    steps, meta = data.steps, data.metas[0]
+    assert steps["traj_uid"].nunique() == 4 and steps["group_uid"].nunique() == 2
+    assert (steps["global_step"] == 0).all() and meta["global_step"] == 0 and meta["method"] == "base"
+    assert meta["views"] == ["student", "full", "ablated"] and meta["rho"] == 0.5
+    _check_selection(steps, 0.5)
+    assert (steps["scored"] == steps["selected"]).all()  # every selected step fits the prompt budget
+    per_traj = steps.groupby("traj_uid")[["reward", "advantage", "group_uid"]].first()
+    for _, group in per_traj.groupby("group_uid"):  # GRPO advantages are centred within a group
+        assert group["advantage"].sum() == pytest.approx(0.0, abs=1e-6)
+    assert (steps["num_steps"] <= 2).all() and (steps["n_tokens"] <= 8).all()
+    run = json.loads((out / "run.json").read_text())
+    assert run["source"] == "training.collect" and run["config"]["lora_rank"] == 0
+
+
+def test_checkpoint_collection_with_extra_views(tmp_path, tiny_checkpoint):
+    view_file = tmp_path / "userview.py"
+    view_file.write_text(USER_VIEW)
+    out = tmp_path / "collect"
+    # rollout settings (2 steps, 8 tokens, games folder) come from the checkpoint's run.json
+    rc = main(["--model", str(tiny_checkpoint), "--tasks", "1", "--group", "3", "--out", str(out),
+               "--selection", "random", "--views", f"one_obs,{view_file}:NextObsOnly", "progress=false"])
+    assert rc == 0
+    ckpt = out / "global_step_7"
+    assert validate_replay(ckpt) == []
+    data = read_replay(ckpt)
+    meta, steps, tokens = data.metas[0], data.steps, data.tokens
+    assert meta["global_step"] == 7 and meta["method"] == "ocsd" and meta["selection"] == "random"
+    assert meta["views"] == ["student", "full", "ablated", "one_obs", "next_obs_only"]
+    for view in meta["views"]:
+        col = tokens[f"logp_{view}"]
+        assert len(col) > 0 and col.notna().all() and (col <= 1e-4).all()
+    _check_selection(steps, 0.5)  # rho from the checkpoint's run.json
+    assert (steps["num_steps"] <= 2).all() and (steps["n_tokens"] <= 8).all()
+    # the student column is the rollout's own log-prob, so it differs from the replay contexts
+    assert not (tokens["logp_student"] == tokens["logp_full"]).all()
+
+
+def test_model_sources(tmp_path, tiny_checkpoint):
+    ckpt = resolve_model_source(str(tiny_checkpoint))
+    assert ckpt.global_step == 7 and ckpt.model.endswith("actor") and ckpt.label == "tinyrun"
+    assert resolve_model_source(str(tiny_checkpoint / "actor")).global_step == 7
+    assert resolve_model_source(str(tiny_checkpoint.parent)).checkpoint == tiny_checkpoint  # run: last checkpoint
+    assert resolve_model_source("tiny").global_step == 0
+    renamed = tmp_path / "exported"
+    renamed.symlink_to(tiny_checkpoint, target_is_directory=True)
+    assert resolve_model_source(str(renamed)).global_step == 7  # from actor/trainer_state.pt
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="--model"):
+        resolve_model_source(str(tmp_path / "empty"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "/no/such/checkpoint"], "--model: '/no/such/checkpoint'"),
+    (["--model", "tiny", "--views", "swap"], "--views: 'swap' needs a donor"),
+    (["--model", "tiny", "--views", "no_such_module:View"], "--views"),
+    (["--model", "tiny", "--data", "/no/such/data"], "--data"),
+    (["--model", "tiny", "batch_sizee=3"], "unknown key"),
+    (["--model", "tiny", "temperature=0"], "temperature"),
+])
+def test_flag_errors_exit_2_before_work(argv, message, capsys):
+    assert main([*argv, "--tasks", "1", "--group", "2"]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--rho", "1.5"], ["--rho", "0"], ["--selection", "best"], ["--tasks", "0"]])
+def test_bad_values_are_usage_errors(argv, capsys):
+    base = {"--tasks": "1", "--group": "2"}
+    for flag, value in zip(argv[::2], argv[1::2]):
+        base[flag] = value
+    with pytest.raises(SystemExit) as exc:
+        main(["--model", "tiny", *[x for kv in base.items() for x in kv]])
+    assert exc.value.code == 2 and argv[0] in capsys.readouterr().err
+
+
+def test_cli_error_has_no_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "training.collect", "--model", str(tmp_path / "missing"),
+                           "--tasks", "1", "--group", "2"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "--model" in proc.stderr

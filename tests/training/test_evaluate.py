@@ -1,0 +1,96 @@
+"""``python -m training.evaluate``: greedy success per task type (tiny random model, generated games)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from training.evaluate import EVAL_PROTOCOLS, main, success_metrics
+from training.rollout import StepSample, Trajectory
+
+pytestmark = pytest.mark.usefixtures("no_user_data")
+
+REPO = Path(__file__).resolve().parents[2]
+KEYS = {"model", "checkpoint", "global_step", "env", "tasks_from", "split", "max_steps", "greedy", "n",
+        "successes", "success_rate", "per_type", "mean_steps", "invalid_action_rate", "time_s"}
+
+
+def _check(result: dict, n_tasks: int) -> None:
+    assert KEYS <= set(result)
+    assert result["n"] == n_tasks and result["greedy"] is True
+    assert 0.0 <= result["success_rate"] <= 1.0
+    assert sum(row["n"] for row in result["per_type"].values()) == n_tasks
+    assert sum(row["successes"] for row in result["per_type"].values()) == result["successes"]
+    for row in result["per_type"].values():
+        assert 0.0 <= row["success_rate"] <= 1.0 and row["success_rate"] == row["successes"] / row["n"]
+
+
+def test_checkpoint_evaluation_json_and_eval_file(tiny_checkpoint, tiny_overrides, capsys):
+    rc = main(["--ckpt", str(tiny_checkpoint), "--tasks", "2", "--json", "--out", *tiny_overrides])
+    assert rc == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    _check(result, 2)
+    assert result["global_step"] == 7 and result["max_steps"] == 2 and result["tasks_from"].startswith("generated:")
+    assert json.loads((tiny_checkpoint / "eval.json").read_text()) == result
+
+
+def test_base_model_table(tmp_path, tiny_overrides, capsys):
+    rc = main(["--ckpt", "tiny", "--tasks", "1", "--out-file", str(tmp_path), *tiny_overrides])
+    assert rc == 0
+    table = capsys.readouterr().out
+    assert "overall" in table and "task type" in table
+    result = json.loads((tmp_path / "eval.json").read_text())
+    _check(result, 1)
+    assert result["global_step"] == 0 and result["tasks_from"].startswith("generated:")
+
+
+def test_real_valid_seen_split_is_found():
+    from training.envs.alfworld_game import user_data_folder
+
+    root = user_data_folder() or str(REPO.parent / "shared" / "alfworld")
+    if not list(Path(root).glob("**/json_2.1.1")):
+        pytest.skip("real ALFWorld games not found: set ALFWORLD_DATA or provide ../shared/alfworld")
+    from training.config import make_config
+
+    cfg = make_config({"data": root, "progress": False})
+    games, origin = EVAL_PROTOCOLS["alfworld"].load_tasks(cfg, "valid_seen", None)
+    assert len(games.valid) == 140 and origin.endswith(":valid_seen")
+    assert EVAL_PROTOCOLS["alfworld"].max_steps == 50
+
+
+def test_success_metrics_against_counting():
+    trajs = []
+    for i, (task_type, won) in enumerate([("pick", 1), ("pick", 0), ("heat", 1), ("look", 0), ("pick", 1)]):
+        t = Trajectory(uid=str(i), group_uid=str(i), task="t", task_type=task_type, game="g", won=bool(won))
+        t.steps = [StepSample(step_idx=k, obs="", admissible=[], history=[], history_shown=0, prompt_ids=[1],
+                              response_ids=[1], response_text="", action="", well_formed=k % 2 == 0)
+                   for k in range(i + 1)]
+        trajs.append(t)
+    m = success_metrics(trajs)
+    assert m["success_rate"] == pytest.approx(3 / 5)
+    assert m["per_type"]["pick"] == {"n": 3, "successes": 2, "success_rate": pytest.approx(2 / 3)}
+    assert m["mean_steps"] == pytest.approx(3.0)
+    assert m["invalid_action_rate"] == pytest.approx(6 / 15)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--ckpt", "/no/such/ckpt"], "--ckpt"),
+    (["--ckpt", "tiny", "--split", "train"], "--split"),
+    (["--ckpt", "tiny", "--out"], "--out-file"),
+    (["--ckpt", "tiny", "--data", "/no/such/data"], "--data"),
+    (["--ckpt", "tiny", "lr=-1"], "lr"),
+])
+def test_flag_errors_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_missing_split_has_no_traceback(tmp_path):
+    (tmp_path / "json_2.1.1").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "training.evaluate", "--ckpt", "tiny", "--data", str(tmp_path),
+                           "--split", "valid_unseen"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "valid_unseen" in proc.stderr

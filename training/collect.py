@@ -1,0 +1,346 @@
+"""``python -m training.collect --model PATH_OR_CKPT --tasks N --group G [--out DIR] ...``
+
+Runs the rollout, step selection and replay scoring of a model or checkpoint without updating it, and
+writes one checkpoint folder in the replay-score layout (shared/CONTRACT.md)::
+
+    OUT/run.json
+    OUT/global_step_<N>/replay/{steps,tokens}.parquet, meta.json
+
+``N`` is the checkpoint's training step (from its ``global_step_N`` folder name, else from
+``actor/trainer_state.pt``), 0 for a base model (``smollm2``, ``tiny`` or a local Hugging Face
+folder). Collecting several checkpoints of one run into the same ``--out`` gives a run folder that
+every diagnostic reads. Views beyond Full and Observation-Ablated (a built-in name or a user's
+``module:Class``, see :func:`ocsd.views.load_view`) add ``logp_<name>`` columns.
+
+Settings that shape the rollout (prompt and response lengths, history, step cap, sampling) come from
+the checkpoint's ``run.json`` when there is one, then ``--config``, then ``key=value`` overrides, then
+the named flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+BASE_MODELS = ("smollm2", "tiny")
+SELECTIONS = ("top", "random", "all")
+RECORD_VIEWS = ("student", "full", "ablated")
+ROLLOUT_KEYS = ("env", "history_length", "max_prompt_length", "max_response_length", "max_steps", "temperature",
+                "top_p", "invalid_action_penalty", "rho", "beta", "train_split", "val_split", "games_dir",
+                "n_train_games", "n_val_games", "data")
+"""Keys taken from a checkpoint's ``run.json`` config (the rest are local choices: device, batching)."""
+NO_DONOR_VIEWS = ("swap",)
+"""Built-in views that need a donor observation per step, which a collection does not assign."""
+
+
+class UsageError(ValueError):
+    """A command-line flag is wrong; the message names the flag. Exit code 2."""
+
+
+# ----------------------------------------------------------------------------------------------
+# what is being evaluated: base model or checkpoint
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A resolved ``--model``/``--ckpt`` argument.
+
+    Attributes
+    ----------
+    spec : str
+        As given on the command line.
+    model : str
+        What :class:`training.config.TrainConfig` loads: ``smollm2``, ``tiny`` or a local folder.
+    global_step : int
+        Training step of the checkpoint; 0 for a base model.
+    checkpoint : Path or None
+        The ``global_step_N`` folder, when the source is a trainer checkpoint.
+    run_info : dict
+        The run's ``run.json`` (empty when there is none).
+    label : str
+        A short name: the run name of a checkpoint, else the model name.
+    """
+
+    spec: str
+    model: str
+    global_step: int
+    checkpoint: Path | None
+    run_info: dict
+    label: str
+
+
+def _step_of(ckpt: Path, actor: Path, flag: str) -> int:
+    name = ckpt.name
+    if name.startswith("global_step_") and name[len("global_step_"):].isdigit():
+        return int(name[len("global_step_"):])
+    state = actor / "trainer_state.pt"
+    if state.is_file():
+        import torch
+
+        try:
+            return int(torch.load(state, map_location="cpu", weights_only=False)["global_step"])
+        except Exception as exc:  # a damaged file: say which one
+            raise UsageError(f"{flag}: cannot read the global step from {state} ({exc})") from None
+    raise UsageError(f"{flag}: {ckpt} is not named global_step_<N> and {state} does not exist")
+
+
+def _read_run_info(run_dir: Path) -> dict:
+    path = run_dir / "run.json"
+    if not path.is_file():
+        return {}
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def resolve_model_source(spec: str, *, flag: str = "--model") -> ModelSource:
+    """Resolve a base model name, a checkpoint (``global_step_N`` or its ``actor/``), a run folder (its
+    last checkpoint with weights) or a Hugging Face folder.
+
+    Raises
+    ------
+    UsageError
+        Naming ``flag`` when ``spec`` is none of these.
+    """
+    if spec in BASE_MODELS:
+        return ModelSource(spec, spec, 0, None, {}, spec)
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise UsageError(f"{flag}: {spec!r} is not 'smollm2', 'tiny' or an existing folder (no such path)")
+    if not path.is_dir():
+        raise UsageError(f"{flag}: {spec!r} is a file; expected a checkpoint or model folder")
+    if (path / "actor").is_dir():
+        ckpt, actor = path, path / "actor"
+    elif path.name == "actor" and (path / "config.json").is_file():
+        ckpt, actor = path.parent, path
+    elif (path / "config.json").is_file():
+        state = path / "trainer_state.pt"
+        step = _step_of(path, path, flag) if state.is_file() else 0
+        return ModelSource(spec, str(path), step, None, {}, path.name)
+    else:
+        ckpts = sorted((int(c.name.split("_")[-1]), c) for c in path.glob("global_step_*")
+                       if c.name.split("_")[-1].isdigit() and (c / "actor" / "config.json").is_file())
+        if not ckpts:
+            raise UsageError(f"{flag}: {path} is neither a checkpoint (global_step_<N>/actor/), a run folder with "
+                             f"saved weights, nor a Hugging Face model folder (config.json)")
+        ckpt, actor = ckpts[-1][1], ckpts[-1][1] / "actor"
+    if not (actor / "config.json").is_file():
+        raise UsageError(f"{flag}: {actor} has no config.json (the checkpoint was saved without weights: "
+                         f"save_weights=false)")
+    run_info = _read_run_info(ckpt.parent)
+    label = str(run_info.get("run") or ckpt.parent.name)
+    return ModelSource(spec, str(actor), _step_of(ckpt, actor, flag), ckpt, run_info, label)
+
+
+def build_config(source: ModelSource, *, config_path: str | None, overrides: Sequence[str],
+                 flags: dict[str, Any]):
+    """The run settings: defaults < checkpoint's run.json (rollout keys) < --config < overrides < flags.
+
+    The model is never updated, so LoRA and the reference model are off and nothing resumes.
+    """
+    import yaml
+
+    from training.config import make_config, parse_overrides
+
+    values: dict[str, Any] = {}
+    old = source.run_info.get("config") if isinstance(source.run_info.get("config"), dict) else {}
+    for key in ROLLOUT_KEYS:
+        if key in old and old[key] is not None:
+            if key in ("data", "games_dir") and not Path(str(old[key])).expanduser().is_dir():
+                continue
+            values[key] = old[key]
+    if config_path is not None:
+        path = Path(config_path)
+        if not path.is_file():
+            raise UsageError(f"--config: no such file {path}")
+        loaded = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise UsageError(f"--config: {path} is not a mapping of key: value")
+        values.update(loaded)
+    values.update(parse_overrides(overrides))
+    values.update({k: v for k, v in flags.items() if v is not None})
+    values.update(model=source.model, lora_rank=0, kl_coef=0.0, resume=False)
+    return make_config(values, source="command line")
+
+
+# ----------------------------------------------------------------------------------------------
+# the policy without an optimizer
+# ----------------------------------------------------------------------------------------------
+
+
+def collection_games(cfg):
+    """Training games only: unlike a training run, no validation games are loaded or generated."""
+    from training.envs.games import GameSource
+
+    return GameSource.from_config(cfg, valid=False)
+
+
+def resolve_views(names: Sequence[str]) -> list:
+    """Record views (Full, Ablated) plus the named extra views, as view objects with unique names."""
+    from ocsd.views import load_view
+
+    out, seen = [], set()
+    for name in ["full", "ablated", *names]:
+        if name == "student" or name in seen:
+            continue
+        if name in NO_DONOR_VIEWS:
+            raise UsageError(f"--views: '{name}' needs a donor observation for every step, which a collection "
+                             f"does not assign; use the observation-swap diagnostic instead")
+        try:
+            view = load_view(name)
+        except ValueError as exc:
+            raise UsageError(f"--views: {exc}") from None
+        if view.name in seen or view.name == "student":
+            raise UsageError(f"--views: {name!r} is named {view.name!r}, which is already taken")
+        seen.update({name, view.name})
+        out.append(view)
+    return out
+
+
+def collect_replay(policy, *, global_step: int, views: Sequence, selection: str, meta: dict) -> tuple[Path, dict]:
+    """One collection: rollouts, GRPO advantages, step NLL, selection, replay scoring; writes
+    ``<run_dir>/global_step_<N>/replay``. Returns the folder and a summary."""
+    import numpy as np
+
+    from ocsd.records import RunWriter, write_replay
+    from training.policy import batch_statistics, timed
+    from training.replay import only_views, replay_tables, score_steps
+
+    cfg, timings = policy.cfg, {}
+    with timed(timings, "time/rollout"):
+        specs = policy.games.sample_train(policy.rng(global_step, 0), cfg.batch_size)
+        trajs = policy.collect(global_step, [s for s in specs for _ in range(cfg.group_size)], desc="collect")
+    stats = batch_statistics(policy, trajs, global_step, selection, timings)
+    with timed(timings, "time/replay_scoring"):
+        scores = score_steps(policy.scorer, policy.renderer, trajs, stats.selected_keys, list(views),
+                             stats.student_logp(), env_name=cfg.env, max_prompt_length=cfg.max_prompt_length,
+                             progress=cfg.progress)
+    names = ["student", *(v.name for v in views)]
+    complete = only_views(scores, names)
+    steps_df, tokens_df = replay_tables(trajs, global_step=global_step, rewards=stats.rewards,
+                                        advantages=stats.advantages, nll=stats.nll_by_key(),
+                                        selected=set(stats.selected_keys), scores=complete,
+                                        tokenizer=policy.tokenizer, views=names)
+    writer = RunWriter(cfg.run_dir)
+    folder = write_replay(writer.replay_dir(global_step), steps_df, tokens_df,
+                          {**meta, "global_step": global_step, "rho": cfg.rho, "beta": cfg.beta, "views": names,
+                           "selection": selection, "truncated_steps": scores.truncated,
+                           "skipped_steps": len(scores.skipped), **timings})
+    summary = {"folder": str(folder), "global_step": global_step, "trajectories": len(trajs),
+               "steps": len(stats.keys), "selected": len(stats.selected_keys), "scored": len(complete.logp),
+               "skipped": len(scores.skipped), "success_rate": float(np.mean([t.won for t in trajs])), **timings}
+    return folder, summary
+
+
+# ----------------------------------------------------------------------------------------------
+# command line
+# ----------------------------------------------------------------------------------------------
+
+
+def _positive(flag: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be >= 1, got {value}")
+        return value
+    return parse
+
+
+def _rho(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rho must be a number in (0, 1], got {text!r}") from None
+    if not (0.0 < value <= 1.0) or math.isnan(value):
+        raise argparse.ArgumentTypeError(f"--rho must be in (0, 1], got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    from training.config import ENV_NAMES
+
+    p = argparse.ArgumentParser(prog="python -m training.collect", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True,
+                   help="'smollm2', 'tiny', a checkpoint (global_step_N or its actor/), a run folder (last "
+                        "checkpoint) or a local Hugging Face folder")
+    p.add_argument("--env", default="alfworld", choices=ENV_NAMES, help="environment (default alfworld)")
+    p.add_argument("--tasks", type=_positive("--tasks"), required=True, help="tasks B")
+    p.add_argument("--group", type=_positive("--group"), required=True, help="rollouts per task G")
+    p.add_argument("--out", help="output run folder (default checkpoints/collect/<run or model name>)")
+    p.add_argument("--rho", type=_rho, default=None, help="selection ratio in (0, 1] (default: run's, else 0.2)")
+    p.add_argument("--selection", choices=SELECTIONS, default="top", help="step selection mode (default top)")
+    p.add_argument("--views", default="full,ablated",
+                   help="comma-separated views to score: built-in names or module:Class "
+                        "(full and ablated are always scored)")
+    p.add_argument("--seed", type=int, default=None, help="seed of task sampling, rollouts and selection")
+    p.add_argument("--data", help="real ALFWorld data folder (else $ALFWORLD_DATA, else generated games)")
+    p.add_argument("--config", help="YAML config whose keys apply before the overrides")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="training config overrides")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    from training.config import ConfigError
+
+    try:
+        if args.data is not None and not Path(args.data).expanduser().is_dir():
+            raise UsageError(f"--data: folder {args.data!r} does not exist")
+        source = resolve_model_source(args.model, flag="--model")
+        out = Path(args.out) if args.out else Path("checkpoints") / "collect" / source.label
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out: {out} exists and is not a folder")
+        views = resolve_views([v.strip() for v in args.views.split(",") if v.strip()])
+        cfg = build_config(source, config_path=args.config, overrides=args.overrides, flags=dict(
+            env=args.env, batch_size=args.tasks, group_size=args.group, rho=args.rho, seed=args.seed,
+            data=args.data, run_dir=str(out), run_name=f"collect_{source.label}"))
+    except (UsageError, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    from ocsd.records import RunWriter
+    from training.envs.alfworld import AlfworldDataError
+
+    start = time.perf_counter()
+    try:
+        games = collection_games(cfg)
+    except AlfworldDataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from training.policy import Policy
+
+    policy = Policy(cfg, games)
+    method = str(source.run_info.get("method", "base")) if source.checkpoint else "base"
+    meta = {"run": cfg.run_name, "model": source.spec, "env": cfg.env, "method": method, "source": "training.collect",
+            "checkpoint": str(source.checkpoint) if source.checkpoint else None, "seed": cfg.seed,
+            "tasks": cfg.batch_size, "group": cfg.group_size}
+    RunWriter(out).write_run_json({"run": cfg.run_name, "method": method, "env": cfg.env, "model": source.spec,
+                                   "seed": cfg.seed, "source": "training.collect", "config": cfg.to_dict(),
+                                   "games": games.describe()})
+    folder, summary = collect_replay(policy, global_step=source.global_step, views=views, selection=args.selection,
+                                     meta=meta)
+    summary["time/total"] = time.perf_counter() - start
+    print(f"collected {summary['trajectories']} trajectories, {summary['steps']} steps "
+          f"({summary['selected']} selected, {summary['scored']} scored) at global step {source.global_step} "
+          f"in {summary['time/total']:.1f} s -> {folder}")
+    if summary["skipped"]:
+        print(f"warning: {summary['skipped']} selected step(s) could not be rendered under every view; they are "
+              f"written as unscored", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

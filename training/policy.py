@@ -1,0 +1,160 @@
+"""A policy that acts and is scored: what training, collection and evaluation share.
+
+:class:`Policy` holds the tokenizer, model, prompt renderer, replay scorer and sampling settings of a
+config (no optimizer, no run folder). :func:`batch_statistics` turns a batch of trajectories into
+the per-step quantities of paper Algorithm 1 up to step selection: rewards, GRPO advantages,
+old-policy log-probs, step NLL and the selected steps.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ocsd.advantages import grpo_advantage
+from ocsd.prompts import PromptRenderer
+from ocsd.scoring import ReplayScorer, response_logprobs
+from ocsd.signals import select_steps, step_nll
+from training.config import TrainConfig
+from training.replay import StepKey
+from training.rollout import GenerationSettings, Trajectory, rollout
+
+
+@contextmanager
+def timed(timings: dict[str, float], name: str):
+    """Add the wall time of the block to ``timings[name]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+
+
+def load_policy(cfg: TrainConfig, init_from: Path | None = None):
+    """Tokenizer and policy model (LoRA-wrapped when ``lora_rank > 0``), in eval mode on ``cfg.device``.
+
+    ``init_from`` is a checkpoint's ``actor/`` folder: its weights (or LoRA adapter) replace the
+    initial ones.
+    """
+    from ocsd.models import load_model, load_tokenizer, resolve_dtype, tiny_model
+
+    tokenizer = load_tokenizer("smollm2" if cfg.model == "tiny" else cfg.model)
+    lora = cfg.lora_rank > 0
+    if init_from is not None and not lora:
+        model = load_model(init_from, device="cpu", dtype=torch.float32)
+    elif cfg.model == "tiny":
+        model = tiny_model(vocab_size=len(tokenizer), seed=cfg.seed)
+    else:
+        model = load_model(cfg.model, device="cpu", dtype=torch.float32)
+    if lora:
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if init_from is not None:
+            model = PeftModel.from_pretrained(model, init_from / "adapter", is_trainable=True)
+        else:
+            model = get_peft_model(model, LoraConfig(
+                r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, bias="none",
+                target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    model = model.to(device=cfg.device, dtype=resolve_dtype(cfg.dtype)).eval()
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, model
+
+
+class Policy:
+    """The policy of a config and the tools to act and score with it.
+
+    Parameters
+    ----------
+    cfg : TrainConfig
+    games : training.envs.games.GameSource
+        Where tasks come from.
+    init_from : path, optional
+        A checkpoint's ``actor/`` folder to start from.
+    """
+
+    def __init__(self, cfg: TrainConfig, games, init_from: Path | None = None):
+        self.cfg, self.games = cfg, games
+        self.tokenizer, self.model = load_policy(cfg, init_from=init_from)
+        self.renderer = PromptRenderer(self.tokenizer)
+        self.scorer = ReplayScorer(self.model, token_budget=cfg.scoring_token_budget, progress=False)
+        self.settings = GenerationSettings(max_new_tokens=cfg.max_response_length, temperature=cfg.temperature,
+                                           top_p=cfg.top_p, batch=cfg.generation_batch)
+
+    def rng(self, step: int, purpose: int) -> np.random.Generator:
+        """The generator of one purpose at one step (0 tasks, 1/2 sampling, 3 selection, 4 update order)."""
+        return np.random.default_rng([self.cfg.seed, step, purpose])
+
+    def collect(self, step: int, specs, *, train: bool = True, desc: str = "rollout") -> list[Trajectory]:
+        """Roll out ``specs`` (one environment each): sampled when ``train``, greedy otherwise."""
+        cfg = self.cfg
+        torch.manual_seed(int(self.rng(step, 1 if train else 2).integers(2**31)))
+        tasks = [{"uid": f"s{step}_t{i // cfg.group_size}_r{i % cfg.group_size}",
+                  "group_uid": f"s{step}_t{i // cfg.group_size}"} for i in range(len(specs))]
+        settings = self.settings if train else GenerationSettings(
+            max_new_tokens=cfg.max_response_length, do_sample=False, batch=cfg.generation_batch)
+        env = self.games.make_env(specs, max_steps=cfg.max_steps, workers=cfg.env_workers, seed=step)
+        try:
+            return rollout(self.model, self.tokenizer, self.renderer, env, tasks, env_name=cfg.env,
+                           history_length=cfg.history_length, max_prompt_length=cfg.max_prompt_length,
+                           settings=settings, progress=cfg.progress, desc=desc)
+        finally:
+            env.close()
+
+    def logprobs(self, pairs, model=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Padded float32 log-probs (S, T) and mask of each (prompt ids, response ids) pair, on the CPU."""
+        lp, mask = response_logprobs(model if model is not None else self.model, pairs, padded=True,
+                                     token_budget=self.cfg.scoring_token_budget)
+        return lp.float().cpu(), mask.cpu()
+
+
+@dataclass
+class BatchStatistics:
+    """Per-step quantities of one batch, rows in (trajectory, step) order."""
+
+    keys: list[StepKey]
+    pairs: list[tuple[list[int], list[int]]]
+    traj_of_row: np.ndarray
+    rewards: np.ndarray  # (N,) terminal reward per trajectory
+    advantages: np.ndarray  # (N,) GRPO advantage per trajectory
+    old_logp: torch.Tensor  # (S, T)
+    mask: torch.Tensor  # (S, T)
+    nll: torch.Tensor  # (S,)
+    selected: torch.Tensor  # (S,) bool
+
+    @property
+    def selected_keys(self) -> list[StepKey]:
+        return [key for key, s in zip(self.keys, self.selected.tolist()) if s]
+
+    def student_logp(self) -> dict[StepKey, np.ndarray]:
+        """Old-policy log-probs of each step's response, unpadded: the Student view."""
+        return {key: self.old_logp[i, : int(self.mask[i].sum())].numpy() for i, key in enumerate(self.keys)}
+
+    def nll_by_key(self) -> dict[StepKey, float]:
+        return {key: float(v) for key, v in zip(self.keys, self.nll.tolist())}
+
+
+def batch_statistics(policy: Policy, trajs: list[Trajectory], step: int, selection: str,
+                     timings: dict[str, float]) -> BatchStatistics:
+    """Rewards (with the invalid-action penalty), GRPO advantages per group, old-policy log-probs
+    (``time/old_logprob``), step NLL and the step selection of ``selection`` mode."""
+    cfg = policy.cfg
+    keys = [(t, s.step_idx) for t, traj in enumerate(trajs) for s in traj.steps]
+    pairs = [(trajs[t].steps[k].prompt_ids, trajs[t].steps[k].response_ids) for t, k in keys]
+    traj_of_row = np.array([t for t, _ in keys])
+    rewards = np.array([tr.reward(cfg.invalid_action_penalty) for tr in trajs])
+    groups = torch.tensor([int(tr.group_uid.split("_t")[-1]) for tr in trajs])
+    with timed(timings, "time/advantage"):
+        advantages = grpo_advantage(torch.from_numpy(rewards), groups).numpy()
+    with timed(timings, "time/old_logprob"):
+        old_logp, mask = policy.logprobs(pairs)
+    with timed(timings, "time/advantage"):
+        nll = step_nll(old_logp.double(), mask)
+        selected = select_steps(nll, torch.from_numpy(traj_of_row), cfg.rho, mode=selection,
+                                generator=policy.rng(step, 3))
+    return BatchStatistics(keys, pairs, traj_of_row, rewards, advantages, old_logp, mask, nll, selected)
