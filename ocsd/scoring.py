@@ -313,6 +313,12 @@ def _continue_rows(model, rows: list[_Row], prefix_lens: list[int], kv, prefix_m
         mask = torch.cat([prefix_mask, mask], dim=1)
     else:
         kw["use_cache"] = False
+        # Left padding leaves the pad positions of a row without any key to attend to; SDPA's backward
+        # on CUDA turns such fully masked rows into NaN gradients. A 4-D mask that lets every pad
+        # position attend to itself (and nothing else) keeps all real positions' results unchanged.
+        key_ok = mask.bool()
+        causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+        mask = ((causal[None] & key_ok[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)[None])[:, None]
     if _accepts_logits_to_keep(model):
         logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep, **kw).logits
     else:

@@ -207,6 +207,24 @@ def test_response_logprobs_gradients_match_unbatched(make_tiny_model):
         torch.testing.assert_close(batched[name], param.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+def test_padded_positions_always_have_a_key_to_attend(make_tiny_model, monkeypatch):
+    """Fully masked query rows make SDPA's CUDA backward return NaN gradients; none may reach the model."""
+    model = make_tiny_model(vocab_size=64, seed=4)
+    masks = []
+    original = model.forward
+
+    def spy(*args, **kwargs):
+        masks.append(kwargs.get("attention_mask"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", spy)
+    pairs = [([1, 2, 3, 4, 5, 6, 7, 8], [9, 10]), ([3], [4, 5, 6, 7])]  # ragged: the second row is left-padded
+    response_logprobs(model, pairs, grad=True)
+    assert masks and all(m.dim() == 4 for m in masks)
+    for m in masks:
+        assert m.any(dim=-1).all(), "a query position attends to no key"
+
+
 def test_response_logprobs_errors(tiny_model):
     with pytest.raises(ScoringError, match="item 1.*empty response"):
         response_logprobs(tiny_model, [([1], [2]), ([1], [])])
