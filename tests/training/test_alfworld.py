@@ -72,7 +72,7 @@ def test_real_game_walkthrough_wins_and_labels(real_root):
 
 @pytest.mark.slow
 def test_every_solvable_real_game_wins(real_root):
-    """All 140 solvable valid_seen games win by their planner walkthrough (about 10 min)."""
+    """All 140 solvable valid_seen games win by their planner walkthrough."""
     specs = load_games(real_root, split="valid_seen")
     lost = [s.name for s in specs if not play(s)[1][-1].won]
     assert not lost

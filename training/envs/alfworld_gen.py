@@ -29,9 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from training.envs.alfworld_game import (TASK_TYPES, AlfworldDataError, AlfworldGame,
-                                         GameSpec, _close_env, _load, _make_env,
-                                         _memoized_translation, spec_of_file)
+from training.envs.alfworld_game import (TASK_TYPES, AlfworldDataError, GameSpec, _close_env, _load,
+                                         _make_env, _memoized_translation, spec_of_file, wins)
 
 SPLITS: dict[str, int] = {"train": 0, "valid": 1, "test": 2}
 """Generated splits; the split's index is part of every game's seed, so splits never share one."""
@@ -324,27 +323,13 @@ def generate_game(out_dir: str | os.PathLike, *, seed: int, index: int, split: s
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
-        if _wins(tmp, walkthrough):
+        if wins(tmp, walkthrough):
             os.replace(tmp, path)
             return spec_of_file(path)
         tmp.unlink()
         errors.append(f"FloorPlan{plan}: walkthrough does not win the full game")
     raise AlfworldDataError(f"no solvable {task_type} game for seed {seed}, index {index} after "
                             f"{max_tries} tries: " + "; ".join(errors[-3:]))
-
-
-def _wins(path: Path, actions: list[str]) -> bool:
-    game = AlfworldGame(str(path), max_steps=max(1, len(actions)))
-    try:
-        game.reset()
-        result = None
-        for a in actions:
-            result = game.step(a)
-        return bool(result is not None and result.won)
-    except AlfworldDataError:
-        return False
-    finally:
-        game.close()
 
 
 def generate_games(out_dir: str | os.PathLike, n: int, *, seed: int = 0, split: str = "train",
