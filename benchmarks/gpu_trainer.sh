@@ -10,7 +10,9 @@
 #
 # Environment variables of the device step (defaults are the measured setting):
 #   PY (/opt/torch/.venv/bin/python), OUT (results folder, default ./gpu_trainer_out), BATCH (16),
-#   GROUP (8), MAX_STEPS (10), RESPONSE (128), STEPS (4), WORKERS (8), RUN_LIMIT (255 s per method).
+#   GROUP (8), MAX_STEPS (10), RESPONSE (128), STEPS (4), WORKERS (8), RUN_LIMIT (255 s per method),
+#   ARCH (smollm2: SmolLM2-135M; qwen3-1.7b: the shape of Qwen3-1.7B), both with random weights,
+#   MICRO (update micro-batch tokens, 32768; use 8192 for qwen3-1.7b).
 # With these defaults on one H200 each method finishes 2 training steps within RUN_LIMIT (about
 # 100 s a step, 80 s of it rollout); metrics.jsonl is written after every step, so the steps done
 # before the time limit are kept.
@@ -80,7 +82,18 @@ device() {
     "$py" -c "
 import shutil, sys, torch
 from ocsd.models import smollm2_architecture
-smollm2_architecture(seed=0).save_pretrained('$model')
+if '${ARCH:-smollm2}' == 'qwen3-1.7b':
+    # the shape of Qwen3-1.7B (vocabulary of the SmolLM2 tokenizer that is carried), random weights
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    cfg = Qwen3Config(vocab_size=49152, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                      num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                      rope_theta=1000000.0, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    torch.manual_seed(0)
+    with torch.device('cuda'):
+        model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+    model.save_pretrained('$model')
+else:
+    smollm2_architecture(seed=0).save_pretrained('$model')
 for f in ('tokenizer.json', 'tokenizer_config.json', 'chat_template.jinja', 'generation_config.json'):
     shutil.copy('$CARRY/tok/' + f, '$model/')
 print('model', '$model', torch.cuda.get_device_name(0))"
@@ -94,7 +107,7 @@ print('model', '$model', torch.cuda.get_device_name(0))"
             model="$model" device=cuda dtype=bfloat16 games_dir="$CARRY/games" n_train_games=24 n_val_games=6 \
             env_workers="${WORKERS:-8}" batch_size="${BATCH:-16}" group_size="${GROUP:-8}" \
             max_steps="${MAX_STEPS:-10}" max_response_length="${RESPONSE:-128}" total_steps="${STEPS:-4}" \
-            generation_batch=128 test_freq=0 save_freq=1000 save_weights=false progress=false resume=false \
+            generation_batch=128 micro_batch_tokens="${MICRO:-32768}" test_freq=0 save_freq=1000 save_weights=false progress=false resume=false \
             method="$method" run_name="gpu_$method" run_dir="$out/$method" "${extra[@]}" \
             > "$out/$method.log" 2>&1
         echo "$method exit $?"
