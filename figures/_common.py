@@ -76,6 +76,27 @@ def number(value) -> float:
     return value
 
 
+def read_json_file(path, default_name: str, what: str) -> tuple[Path, object]:
+    """``(file, parsed JSON)`` of ``path`` (a file, or a folder holding ``default_name``).
+
+    Raises
+    ------
+    FigureError
+        If the file is missing or not JSON; the message names ``what`` and the file.
+    """
+    import json
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / default_name
+    if not path.exists():
+        raise FigureError(f"{what} {path} does not exist")
+    try:
+        return path, json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise FigureError(f"{path} is not valid JSON ({exc})") from exc
+
+
 def check_run_dir(path) -> Path:
     """The run folder as a Path; :class:`FigureError` if it does not exist or is not a folder."""
     path = Path(path)

@@ -23,7 +23,8 @@ from typing import Sequence
 
 import numpy as np
 
-from figures._common import FigureError, SkipFigure, base_parser, check_run_dir, number, pyplot, run_main, save_figure
+from figures._common import (FigureError, SkipFigure, base_parser, check_run_dir, number, pyplot, read_json_file,
+                             run_main, save_figure)
 
 __all__ = ["compute", "read_report", "draw", "build", "main"]
 
@@ -88,15 +89,7 @@ def compute(run_dir, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, ste
 
 def read_report(path) -> dict:
     """The Fig. 2 inputs from a ``python -m diagnostics.report`` ``report.json`` (or its folder)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "report.json"
-    if not path.exists():
-        raise FigureError(f"diagnostics report {path} does not exist")
-    try:
-        report = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise FigureError(f"{path} is not valid JSON ({exc})") from exc
+    path, report = read_json_file(path, "report.json", "diagnostics report")
     missing = [k for k in _KEYS if not isinstance(report, dict) or k not in report]
     if missing:
         raise FigureError(f"{path}: missing key(s) {missing}; expected the JSON written by diagnostics.report")

@@ -17,7 +17,6 @@ Command::
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, check_run_dir, load_runs, method_label,
-                             run_main)
+                             read_json_file, run_main)
 
 __all__ = ["Cell", "read_index", "last_validation", "collect", "aggregate", "to_markdown", "to_latex", "build", "main"]
 
@@ -73,15 +72,7 @@ def read_index(path) -> tuple[list[dict], list[str]]:
     FigureError
         The file is missing, not JSON, or not a list of objects with ``run_dir``.
     """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "index.json"
-    if not path.exists():
-        raise FigureError(f"sweep index {path} does not exist")
-    try:
-        entries = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise FigureError(f"{path} is not valid JSON ({exc})") from exc
+    path, entries = read_json_file(path, "index.json", "sweep index")
     if not isinstance(entries, list) or not all(isinstance(e, dict) and "run_dir" in e for e in entries):
         raise FigureError(f"{path}: expected a list of objects with a 'run_dir' key (training.sweep's index)")
     usable, skipped = [], []

@@ -1,6 +1,5 @@
 """AUROC and the cluster bootstrap against independent references."""
 
-import warnings
 
 import numpy as np
 import pytest
