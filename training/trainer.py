@@ -193,7 +193,8 @@ class Trainer:
 
     # -- one step -------------------------------------------------------------------------------
 
-    def _teacher_logp(self, trajs: list[Trajectory], keys: list[StepKey]) -> tuple[torch.Tensor, list]:
+    def _teacher_logp(self, trajs: list[Trajectory], keys: list[StepKey]) -> torch.Tensor:
+        """Old-policy log-probs of every response under the privileged teacher context (baselines)."""
         prompts = []
         for t, k in keys:
             traj, s = trajs[t], trajs[t].steps[k]
@@ -202,7 +203,7 @@ class Trainer:
                                     admissible_actions=s.admissible)
             prompts.append(self.renderer.render_ids(teacher_text(self.cfg.env, traj.task_type, text)))
         pairs = [(p, trajs[t].steps[k].response_ids) for p, (t, k) in zip(prompts, keys)]
-        return self.policy.logprobs(pairs)[0], prompts
+        return self.policy.logprobs(pairs)[0]
 
     def train_step(self, step: int) -> dict:
         """Run one training step; returns its metrics row (and writes a checkpoint when due)."""
@@ -226,10 +227,10 @@ class Trainer:
                     scores = score_steps(self.policy.scorer, self.renderer, trajs, sel_keys, sorted(views),
                                          stats.student_logp(), env_name=cfg.env,
                                          max_prompt_length=cfg.max_prompt_length)
-            teacher_logp, teacher_prompts = None, None
+            teacher_logp = None
             if spec.privileged_teacher:
                 with timed(timings, "time/teacher_logprob"):
-                    teacher_logp, teacher_prompts = self._teacher_logp(trajs, keys)
+                    teacher_logp = self._teacher_logp(trajs, keys)
             with timed(timings, "time/advantage"):
                 inputs = self._token_inputs(keys, stats.advantages[stats.traj_of_row], old_logp, mask,
                                             stats.selected, scores, teacher_logp)
@@ -243,7 +244,7 @@ class Trainer:
                     update_metrics = ppo_update(
                         self.model, self.optimizer, spec,
                         UpdateBatch([p for p, _ in pairs], [r for _, r in pairs], old_logp, token_adv, mask,
-                                    ref_logp=ref_logp, teacher_logp=teacher_logp, teacher_prompt_ids=teacher_prompts),
+                                    ref_logp=ref_logp, teacher_logp=teacher_logp),
                         self.loss_settings, epochs=cfg.ppo_epochs, mini_batches=cfg.mini_batches,
                         rng=self.policy.rng(step, 4))
                 except FloatingPointError as exc:

@@ -28,7 +28,6 @@ class UpdateBatch:
     mask: torch.Tensor  # (S, T) bool
     ref_logp: torch.Tensor | None = None  # (S, T)
     teacher_logp: torch.Tensor | None = None  # (S, T), privileged-context teacher (baselines)
-    teacher_prompt_ids: list[list[int]] | None = None
 
 
 @dataclass(frozen=True)
