@@ -258,22 +258,10 @@ def _is_checkpoint(path: Path) -> bool:
     return (path / "replay").is_dir() or (path / STEPS_FILE).exists() or (path / META_FILE).exists()
 
 
-def validate_replay(folder: str | os.PathLike) -> list[str]:
-    """Check one checkpoint's replay folder against the format.
-
-    Parameters
-    ----------
-    folder : path
-        A ``global_step_<N>`` folder or its ``replay/`` folder.
-
-    Returns
-    -------
-    list of str
-        Every problem found, each naming the file and column; empty when the folder is valid.
-    """
-    folder = _replay_folder(Path(folder))
+def _checked_tables(folder: Path) -> tuple[list[str], dict | None, dict[str, pd.DataFrame]]:
+    """Problems, meta and the tables read while checking one ``replay/`` folder."""
     if not folder.is_dir():
-        return [f"{folder}: no such folder"]
+        return [f"{folder}: no such folder"], None, {}
     meta_path = folder / META_FILE
     meta, problems = _read_meta(meta_path)
     tables: dict[str, pd.DataFrame] = {}
@@ -295,7 +283,23 @@ def validate_replay(folder: str | os.PathLike) -> list[str]:
     if len(tables) == 2:
         problems += _check_tables(tables[STEPS_FILE], tables[TOKENS_FILE], folder / STEPS_FILE,
                                   folder / TOKENS_FILE, meta, meta_path)
-    return problems
+    return problems, meta, tables
+
+
+def validate_replay(folder: str | os.PathLike) -> list[str]:
+    """Check one checkpoint's replay folder against the format.
+
+    Parameters
+    ----------
+    folder : path
+        A ``global_step_<N>`` folder or its ``replay/`` folder.
+
+    Returns
+    -------
+    list of str
+        Every problem found, each naming the file and column; empty when the folder is valid.
+    """
+    return _checked_tables(_replay_folder(Path(folder)))[0]
 
 
 def _check_frame(frame: pd.DataFrame, required: dict[str, pa.DataType], what: str) -> None:
@@ -409,6 +413,16 @@ def _jsonable(value: Any) -> Any:
 # ----------------------------------------------------------------------------------------------
 
 
+def checkpoint_dirs(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Every ``global_step_<N>`` folder of a run, complete or not, as ``(N, folder)`` sorted by N."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), child) for child in run_dir.iterdir()
+             if (m := _CKPT_RE.match(child.name)) and child.is_dir()]
+    return sorted(found)
+
+
 def checkpoint_folders(run_dir: str | os.PathLike, *, warn: bool = True) -> list[Path]:
     """Complete ``global_step_<N>`` folders of a run, sorted by N; incomplete ones are skipped.
 
@@ -419,14 +433,8 @@ def checkpoint_folders(run_dir: str | os.PathLike, *, warn: bool = True) -> list
     warn : bool, default True
         Warn once per skipped incomplete checkpoint.
     """
-    run_dir = Path(run_dir)
-    found = []
-    for child in run_dir.iterdir() if run_dir.is_dir() else []:
-        match = _CKPT_RE.match(child.name)
-        if match and child.is_dir():
-            found.append((int(match.group(1)), child))
     complete = []
-    for _, child in sorted(found):
+    for _, child in checkpoint_dirs(run_dir):
         if (child / "replay" / META_FILE).exists():
             complete.append(child)
         elif warn:
@@ -482,13 +490,16 @@ def read_checkpoint(folder: str | os.PathLike, *, token_columns: Sequence[str] |
     if not (folder / META_FILE).exists():
         raise IncompleteCheckpointError(f"{folder}: incomplete checkpoint, {META_FILE} is missing")
     if validate:
-        problems = validate_replay(folder)
+        problems, meta, tables = _checked_tables(folder)
         if problems:
             raise RecordError(f"{folder}: invalid replay scores:\n  " + "\n  ".join(problems))
-    meta = json.loads((folder / META_FILE).read_text())
-    columns = None if token_columns is None else list(dict.fromkeys([*STEP_KEY, *token_columns]))
-    steps = pq.read_table(folder / STEPS_FILE).to_pandas()
-    tokens = pq.read_table(folder / TOKENS_FILE, columns=columns).to_pandas()
+        steps, tokens = tables[STEPS_FILE], tables[TOKENS_FILE]
+    else:
+        meta = json.loads((folder / META_FILE).read_text())
+        steps = pq.read_table(folder / STEPS_FILE).to_pandas()
+        tokens = pq.read_table(folder / TOKENS_FILE).to_pandas()
+    if token_columns is not None:
+        tokens = tokens[list(dict.fromkeys([*STEP_KEY, *token_columns]))]
     return ReplayData(steps=steps, tokens=tokens, metas=[meta], folders=[folder])
 
 
@@ -641,7 +652,7 @@ def validate_path(path: str | os.PathLike) -> list[str]:
         return [f"{path}: no such file or folder"]
     if _is_checkpoint(path):
         return validate_replay(path)
-    ckpts = sorted((int(m.group(1)), c) for c in path.iterdir() if (m := _CKPT_RE.match(c.name)) and c.is_dir())
+    ckpts = checkpoint_dirs(path)
     if not ckpts:
         return [f"{path}: neither a checkpoint (global_step_<N>/replay/) nor a run folder"]
     problems = []

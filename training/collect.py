@@ -127,8 +127,9 @@ def resolve_model_source(spec: str, *, flag: str = "--model") -> ModelSource:
         step = _step_of(path, path, flag) if state.is_file() else 0
         return ModelSource(spec, str(path), step, None, {}, path.name)
     else:
-        ckpts = sorted((int(c.name.split("_")[-1]), c) for c in path.glob("global_step_*")
-                       if c.name.split("_")[-1].isdigit() and (c / "actor" / "config.json").is_file())
+        from ocsd.records import checkpoint_dirs
+
+        ckpts = [(n, c) for n, c in checkpoint_dirs(path) if (c / "actor" / "config.json").is_file()]
         if not ckpts:
             raise UsageError(f"{flag}: {path} is neither a checkpoint (global_step_<N>/actor/), a run folder with "
                              f"saved weights, nor a Hugging Face model folder (config.json)")

@@ -26,9 +26,8 @@ def step_record(traj: Trajectory, sample: StepSample, env_name: str, key: str = 
                 donor_obs: str | None = None) -> StepRecord:
     """The :class:`ocsd.views.StepRecord` of one step: its prompt's history and its trajectory's future."""
     k = sample.step_idx
-    shown = sample.history[len(sample.history) - sample.history_shown:] if sample.history_shown else []
     return StepRecord(
-        env=env_name, task=traj.task, step_idx=k, history=shown, current_obs=sample.obs,
+        env=env_name, task=traj.task, step_idx=k, history=sample.shown_history, current_obs=sample.obs,
         admissible_actions=sample.admissible, response_ids=sample.response_ids,
         future_obs=[s.obs_next for s in traj.steps[k:]], future_actions=[s.action for s in traj.steps[k + 1:]],
         donor_obs=donor_obs, key=key or f"{traj.uid}:{k}")

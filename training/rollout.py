@@ -35,6 +35,11 @@ class StepSample:
     progress_label: str = "no_progress"
     operator: str = "other"
 
+    @property
+    def shown_history(self) -> list[tuple[str, str]]:
+        """The (o_j, a_j) pairs that were in the prompt: the last ``history_shown`` of ``history``."""
+        return self.history[len(self.history) - self.history_shown:] if self.history_shown else []
+
 
 @dataclass
 class Trajectory:
@@ -177,10 +182,11 @@ def rollout(
         active = [i for i, t in enumerate(trajs) if not t.done]
         if not active:
             break
-        prompts, shown = [], []
+        prompts, shown, histories = [], [], []
         for i in active:
             traj, (obs, admissible) = trajs[i], current[i]
             history = [(s.obs, s.action) for s in traj.steps]
+            histories.append(history)
 
             def render(h, traj=traj, obs=obs, admissible=admissible, history=history):
                 text = interaction_text(env_name, task=traj.task, step_idx=len(traj.steps), history=history,
@@ -199,7 +205,7 @@ def rollout(
             traj, (obs, admissible) = trajs[i], current[i]
             samples[i] = StepSample(
                 step_idx=len(traj.steps), obs=obs, admissible=admissible,
-                history=[(s.obs, s.action) for s in traj.steps], history_shown=shown[j], prompt_ids=prompts[j],
+                history=histories[j], history_shown=shown[j], prompt_ids=prompts[j],
                 response_ids=responses[j], response_text=text, action=action, well_formed=parsed.well_formed)
             actions.append(action)
         full_actions = [""] * len(trajs)

@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from ocsd.advantages import linear_decay
 from ocsd.methods import MethodSpec, TokenInputs, get_method, token_advantages
 from ocsd.prompts import interaction_text
-from ocsd.records import RunWriter, write_replay
+from ocsd.records import RunWriter, checkpoint_dirs, write_replay
 from ocsd.signals import calibration_signal
 from training.config import TrainConfig
 from training.envs.games import GameSource
@@ -133,14 +133,7 @@ class Trainer:
         (Path(self.cfg.run_dir) / "metrics.jsonl").unlink(missing_ok=True)
 
     def _checkpoints(self) -> list[tuple[int, Path]]:
-        run = Path(self.cfg.run_dir)
-        found = []
-        for child in run.glob("global_step_*"):
-            try:
-                found.append((int(child.name.split("_")[-1]), child))
-            except ValueError:
-                continue
-        return sorted(found)
+        return checkpoint_dirs(self.cfg.run_dir)
 
     def _resume_point(self) -> Path | None:
         """The last checkpoint with complete replay scores and trainer state, if any.
@@ -198,8 +191,8 @@ class Trainer:
         prompts = []
         for t, k in keys:
             traj, s = trajs[t], trajs[t].steps[k]
-            shown = s.history[len(s.history) - s.history_shown:] if s.history_shown else []
-            text = interaction_text(self.cfg.env, task=traj.task, step_idx=k, history=shown, current_obs=s.obs,
+            text = interaction_text(self.cfg.env, task=traj.task, step_idx=k, history=s.shown_history,
+                                    current_obs=s.obs,
                                     admissible_actions=s.admissible)
             prompts.append(self.renderer.render_ids(teacher_text(self.cfg.env, traj.task_type, text)))
         pairs = [(p, trajs[t].steps[k].response_ids) for p, (t, k) in zip(prompts, keys)]
