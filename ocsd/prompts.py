@@ -49,10 +49,11 @@ list of text segments, which is what makes replay views provably structure-match
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Sequence
+
+import numpy as np
 
 from ocsd.schemas import action_family, canonical_env
 
@@ -473,34 +474,62 @@ class PromptRenderer:
         SegmentationError
             In ``joint`` mode, if a token crosses a segment boundary.
         """
-        parts = [("chat", self.prefix_text)] + [(str(k), str(t)) for k, t in pieces]
-        parts.append(("chat", self.suffix_text))
+        parts = self._parts(pieces)
         if self.segment_mode == "separate":
             return tuple(Segment(k, t, self.prefix_ids if i == 0 else self.suffix_ids if i == len(parts) - 1
                                  else self._encode_cached(t)) for i, (k, t) in enumerate(parts))
         return self._joint(parts)
 
+    def render_segments_many(self, pieces_list: Sequence[Sequence[tuple[str, str]]]) -> list[tuple[Segment, ...]]:
+        """:meth:`render_segments` of many prompts; in ``joint`` mode one batched tokenizer call.
+
+        Returns the same segments as calling :meth:`render_segments` on each element; a
+        :class:`SegmentationError` names the prompt's position in ``pieces_list``.
+        """
+        if self.segment_mode == "separate":
+            return [self.render_segments(p) for p in pieces_list]
+        all_parts = [self._parts(p) for p in pieces_list]
+        if not all_parts:
+            return []
+        enc = self.tokenizer(["".join(t for _, t in parts) for parts in all_parts], add_special_tokens=False,
+                             return_offsets_mapping=True)
+        out = []
+        for i, (parts, ids, offsets) in enumerate(zip(all_parts, enc["input_ids"], enc["offset_mapping"])):
+            try:
+                out.append(self._group(parts, ids, offsets))
+            except SegmentationError as err:
+                raise SegmentationError(f"prompt {i}: {err}") from None
+        return out
+
+    def _parts(self, pieces: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        return [("chat", self.prefix_text)] + [(str(k), str(t)) for k, t in pieces] + [("chat", self.suffix_text)]
+
     def _joint(self, parts: list[tuple[str, str]]) -> tuple[Segment, ...]:
-        text = "".join(t for _, t in parts)
-        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        ids, offsets = _as_ids(enc), enc["offset_mapping"]
+        enc = self.tokenizer("".join(t for _, t in parts), add_special_tokens=False, return_offsets_mapping=True)
+        offsets = enc["offset_mapping"]
         if offsets and isinstance(offsets[0][0], (list, tuple)):
             offsets = offsets[0]
-        bounds = [0]
-        for _, t in parts:
-            bounds.append(bounds[-1] + len(t))
-        groups: list[list[int]] = [[] for _ in parts]
-        for tok, (start, end) in zip(ids, offsets):
-            idx = min(bisect_right(bounds, start) - 1, len(parts) - 1)
-            if end > bounds[idx + 1]:
-                raise SegmentationError(
-                    f"token {tok} spans characters {start}:{end} {text[start:end]!r} across the boundary "
-                    f"between a {parts[idx][0]!r} and a {parts[idx + 1][0]!r} segment; start segments after a "
-                    "newline and before a letter, or use segment_mode='separate'")
-            groups[idx].append(tok)
+        return self._group(parts, _as_ids(enc), offsets)
+
+    def _group(self, parts: list[tuple[str, str]], ids: Sequence[int], offsets) -> tuple[Segment, ...]:
+        """Assign tokens to the parts their first character falls in (vectorised over tokens)."""
+        bounds = np.cumsum([0] + [len(t) for _, t in parts])
+        offs = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+        part = np.minimum(np.searchsorted(bounds, offs[:, 0], side="right") - 1, len(parts) - 1)
+        crossing = np.flatnonzero(offs[:, 1] > bounds[part + 1])
+        if len(crossing):
+            t = int(crossing[0])
+            idx, (start, end) = int(part[t]), offs[t].tolist()
+            text = "".join(x for _, x in parts)
+            raise SegmentationError(
+                f"token {ids[t]} spans characters {start}:{end} {text[start:end]!r} across the boundary "
+                f"between a {parts[idx][0]!r} and a {parts[idx + 1][0]!r} segment; start segments after a "
+                "newline and before a letter, or use segment_mode='separate'")
+        arr = np.asarray(ids, dtype=np.int64)
+        groups = [tuple(arr[part == j].tolist()) for j in range(len(parts))]
         if not self.use_chat_template:
-            groups[0] = list(self.prefix_ids)
-        return tuple(Segment(k, t, tuple(g)) for (k, t), g in zip(parts, groups))
+            groups[0] = tuple(self.prefix_ids)
+        return tuple(Segment(k, t, g) for (k, t), g in zip(parts, groups))
 
     def render_ids(self, user_text: str) -> list[int]:
         """Prompt ids of one user message: chat prefix, message, suffix with generation prompt.

@@ -78,7 +78,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
-from ocsd.prompts import PromptRenderer, Segment, interaction_text
+from ocsd.prompts import PromptRenderer, Segment, SegmentationError, interaction_text
 from ocsd.schemas import action_schema, canonical_env
 
 __all__ = [
@@ -557,6 +557,49 @@ def render_views(step: StepRecord, views: Iterable[str | ReplayView], renderer: 
     raise PromptTooLong(step.key, lengths, max_prompt_len)
 
 
+def _batchable(view: ReplayView) -> bool:
+    """A :class:`TemplateView` that renders through :meth:`TemplateView.pieces` unchanged."""
+    cls = type(view)
+    return (isinstance(view, TemplateView) and cls.render_view is TemplateView.render_view
+            and cls.render is TemplateView.render)
+
+
+def _render_batched(steps: Sequence[StepRecord], views: list[ReplayView], renderer: PromptRenderer
+                    ) -> dict[int, dict[str, tuple[list[int], RenderedView | None]] | ViewError]:
+    """Every step with its whole history under every view, the template views tokenised in one call.
+
+    Returns, per step index, ``{view: (ids, rendered)}`` or the :class:`ViewError` a view raised; the
+    result equals :func:`_render_one` view by view.
+    """
+    out: dict[int, dict[str, tuple[list[int], RenderedView | None]] | ViewError] = {}
+    jobs: list[tuple[int, TemplateView]] = []
+    pieces: list[list[tuple[str, str]]] = []
+    for i, step in enumerate(steps):
+        views_of_step: dict[str, tuple[list[int], RenderedView | None]] = {}
+        try:
+            for view in views:
+                if _batchable(view):
+                    pieces.append(view.pieces(step))
+                    jobs.append((i, view))
+                    views_of_step[view.name] = ([], None)  # filled below, in view order
+                else:
+                    views_of_step[view.name] = _render_one(view, step, renderer)
+        except ViewError as err:
+            out[i] = err
+            continue
+        out[i] = views_of_step
+    try:
+        segments = renderer.render_segments_many(pieces)
+    except SegmentationError:
+        return {}  # every step goes through render_views, which names the failing one
+    for (i, view), segs in zip(jobs, segments):
+        entry = out[i]
+        if isinstance(entry, dict):
+            rendered = RenderedView(view.name, segs)
+            entry[view.name] = (rendered.ids, rendered)
+    return out
+
+
 @dataclass(frozen=True)
 class SkippedStep:
     """A step that could not be rendered: its position in the input, key and reason."""
@@ -578,13 +621,26 @@ def render_steps(steps: Sequence[StepRecord], views: Iterable[str | ReplayView],
         Also announced with one ``UserWarning`` giving the count and the first reasons.
     """
     resolved = [get_view(v) for v in views]
+    names = [v.name for v in resolved]
+    if len(set(names)) != len(names):
+        raise ValueError(f"view names must be unique, got {names}")
+    first = _render_batched(steps, resolved, renderer)
     rendered, skipped = [], []
     iterator: Iterable[tuple[int, StepRecord]] = enumerate(steps)
     if progress:
         from tqdm.auto import tqdm
         iterator = tqdm(iterator, total=len(steps), desc="render views")
     for i, step in iterator:
-        try:
+        out = first.get(i)
+        if isinstance(out, ViewError):
+            skipped.append(SkippedStep(i, step.key, str(out)))
+            continue
+        if out is not None and (max_prompt_len is None or max(len(ids) for ids, _ in out.values()) <= max_prompt_len):
+            rendered.append((i, RenderedStep(step, {n: ids for n, (ids, _) in out.items()},
+                                             {n: rv for n, (_, rv) in out.items()}, len(step.history),
+                                             len(step.history))))
+            continue
+        try:  # a view the batch could not render, or a prompt to shorten: one step at a time
             rendered.append((i, render_views(step, resolved, renderer, max_prompt_len)))
         except ViewError as err:
             skipped.append(SkippedStep(i, step.key, str(err)))

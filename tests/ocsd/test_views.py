@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+import warnings
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from ocsd.prompts import PromptRenderer, interaction_text
 from ocsd.views import (
-    ABLATED_OBSERVATION, VIEWS, MissingEvidence, PromptTooLong, StepRecord, TemplateView, evidence_pieces,
+    ABLATED_OBSERVATION, VIEWS, MissingEvidence, PromptTooLong, StepRecord, TemplateView, ViewError, evidence_pieces,
     load_view, render_steps, render_views, step_records,
 )
 
@@ -243,6 +244,54 @@ def test_prompt_too_long_is_reported(smollm2_renderer):
                                          max_prompt_len=len(no_history.contexts["full"]) - 1)
     assert [i for i, _ in rendered] == list(range(6)) and [s.index for s in skipped] == [6]
     assert "max_prompt_len" in skipped[0].reason
+
+
+def test_render_steps_equals_render_views_step_by_step(smollm2_renderer):
+    """The batched rendering gives what rendering each step on its own gives, truncation and errors included."""
+
+    class Overridden(TemplateView):  # renders on its own: render_view is not the template's
+        name = "overridden"
+
+        def render_view(self, step, renderer):
+            return load_view("full").render_view(step, renderer)
+
+    class IdsOnly:
+        name = "ids_only"
+
+        def render(self, step, renderer):
+            return renderer.render_ids(f"Step {step.step_idx}.")
+
+    long = _long_step()
+    steps = _steps() + [long, _steps()[-1], long.with_history(1)]
+    views = ["ablated", "full", "student", Overridden(), IdsOnly()]
+    limit = max(len(ids) for ids in render_views(long, views, smollm2_renderer).contexts.values()) - 150
+    for max_len in (None, limit, 60):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            rendered, skipped = render_steps(steps, views, smollm2_renderer, max_prompt_len=max_len)
+        expected, reasons = [], []
+        for i, step in enumerate(steps):
+            try:
+                expected.append((i, render_views(step, views, smollm2_renderer, max_len)))
+            except ViewError as err:
+                reasons.append((i, str(err)))
+        assert [(s.index, s.reason) for s in skipped] == reasons
+        assert [i for i, _ in rendered] == [i for i, _ in expected]
+        for (_, got), (_, want) in zip(rendered, expected):
+            assert got.contexts == want.contexts and got.views == want.views and got.step == want.step
+            assert (got.history_kept, got.history_total) == (want.history_kept, want.history_total)
+    assert any(r.truncated for _, r in render_steps(steps, views, smollm2_renderer, max_prompt_len=limit)[0])
+
+
+def test_render_segments_many_equals_one_at_a_time(smollm2_renderer):
+    from ocsd.prompts import SegmentationError
+
+    pieces = [[("prompt", "Hello there.\n\n"), ("observation", "Observation: a b c")], [("prompt", "x")], []]
+    many = smollm2_renderer.render_segments_many(pieces)
+    assert many == [smollm2_renderer.render_segments(p) for p in pieces]
+    assert smollm2_renderer.render_segments_many([]) == []
+    with pytest.raises(SegmentationError, match="prompt 1: token"):
+        smollm2_renderer.render_segments_many([[("prompt", "ok")], [("prompt", "Obser"), ("fixed", "vation")]])
 
 
 # ------------------------------------------------------------------------------------- view API
