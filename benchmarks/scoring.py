@@ -7,7 +7,10 @@ the teacher views (Full, Observation-Ablated, ...). Three ways are timed on the 
 
 * naive: every view a separate plain forward of its whole sequence (``sequence_logprobs``),
 * batched: full sequences batched under the token budget, no prefix sharing,
-* scorer: ReplayScorer (common prefix encoded once, views continued from its cache).
+* cache: ReplayScorer(packed=False): common prefix encoded once into a key/value cache, every view
+  continued on top of it,
+* scorer: ReplayScorer (default, packed): each step's prefix and all its views' continuations in one
+  row under a tree-shaped attention mask, one forward per batch.
 
 Results are checked against the naive numbers. The last line is ``speedup: <naive/scorer>x``.
 
@@ -102,6 +105,7 @@ def main(argv=None) -> None:
     )
 
     scorer = ReplayScorer(model, token_budget=budget, progress=False)
+    cache = ReplayScorer(model, token_budget=budget, progress=False, packed=False)
     flat = ReplayScorer(model, token_budget=budget, progress=False, share_prefix=False)
 
     def naive():
@@ -114,18 +118,24 @@ def main(argv=None) -> None:
 
     t_naive, ref = timed(naive, device, args.repeats)
     t_fast, got = timed(lambda: scorer.score(items), device, args.repeats)
-    rows = [("naive (one forward per view)", t_naive), ("scorer (shared prefix)", t_fast)]
+    cache.score(warm)
+    t_cache, got_cache = timed(lambda: cache.score(items), device, args.repeats)
+    rows = [("naive (one forward per view)", t_naive), ("prefix cache + continuations", t_cache),
+            ("scorer (packed prefix tree)", t_fast)]
     if not args.skip_batched:
         flat.score(warm)
         t_flat, got_flat = timed(lambda: flat.score(items), device, args.repeats)
         rows.insert(1, ("batched full sequences", t_flat))
 
     diff = max(float(np.abs(r[v] - g[v]).max()) for r, g in zip(ref, got) for v in r)
+    diff_cache = max(float(np.abs(r[v] - g[v]).max()) for r, g in zip(ref, got_cache) for v in r)
     mean = float(np.mean([np.abs(r[v] - g[v]).mean() for r, g in zip(ref, got) for v in r]))
     given_ok = all(np.array_equal(g["student"], it.given["student"]) for g, it in zip(got, items))
     for label, t in rows:
         print(f"{label:32s} {t:8.3f} s   {n_tokens / t:12,.0f} tokens/s")
-    print(f"max |scorer - naive| = {diff:.2e} (mean {mean:.2e}); given student log-probs returned unchanged: {given_ok}")
+    print(f"max |scorer - naive| = {diff:.2e} (mean {mean:.2e}), max |cache - naive| = {diff_cache:.2e}; "
+          f"given student log-probs returned unchanged: {given_ok}")
+    print(f"speedup over prefix cache + continuations: {t_cache / t_fast:.2f}x")
     if not args.skip_batched:
         print(f"speedup over batched full sequences: {t_flat / t_fast:.2f}x")
     print(f"speedup: {t_naive / t_fast:.2f}x")

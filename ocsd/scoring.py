@@ -1,14 +1,24 @@
 """Teacher-forced replay scoring: log-probs of a step's response under several contexts ("views").
 
 For one step the views share the interaction prompt and differ in the evidence placed before the
-response. :class:`ReplayScorer` encodes the longest common prefix of a step's contexts once, keeps
-its key/value cache, and continues every view's suffix plus the response on top of it, so two views
-cost about one prompt plus two short continuations. Steps are batched under a token budget, with
-padding handled by the attention mask and explicit position ids, and log-probs are computed only
-at response positions. The numbers equal a plain unbatched forward pass per sequence
-(:func:`sequence_logprobs`) up to float rounding.
+response. :class:`ReplayScorer` computes the longest common prefix of a step's contexts once and
+every view's suffix plus the response on top of it, so two views cost about one prompt plus two short
+continuations. Steps are batched under a token budget, with explicit position ids and attention
+masks, and log-probs are computed only at response positions. The numbers equal a plain unbatched
+forward pass per sequence (:func:`sequence_logprobs`) up to float rounding. Two ways, same numbers:
 
-Layout of one continuation row (``P`` cached prefix, ``s`` view suffix, ``r`` response)::
+Packed (default on CUDA): one row per step, one forward per batch (``P`` prefix, ``s_j`` suffix of
+view ``j``, ``r`` response)::
+
+    ids:       [P_0 .. P_{p-1} | s_1 r[:-1] | s_2 r[:-1] | ... | pad]
+    positions: [0 .. p-1       | p ..       | p ..       | ...]
+    mask:      causal inside the prefix and inside each branch; every branch also sees the prefix
+
+Branch ``j`` sees exactly its own context, so the logits at its response positions are those of
+``P + s_j + r``. The output head runs on the response positions only.
+
+Prefix cache (default on CPU): the prefixes are encoded into a key/value cache, then each view's
+continuation row runs on top of it::
 
     cache: [P_0 .. P_{p-1}, pad ...]          (prefixes right-padded to the batch's longest)
     row:   [pad ..., s_0 .. s_{m-1}, r_0 .. r_{n-2}, pad ...]
@@ -19,7 +29,6 @@ logits of the ``Rmax`` columns from there on predict ``r``. Position ids continu
 The optional vLLM path (:func:`score_with_vllm`) asks a ``vllm.LLM`` for prompt log-probs; vLLM is
 imported only when that function is called.
 """
-
 from __future__ import annotations
 
 import inspect
@@ -30,6 +39,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "PendingScores",
     "ReplayScorer",
     "ScoreItem",
     "ScoringError",
@@ -350,6 +360,112 @@ def _score_batch(model, batch: list[_Entry], device) -> list[tuple[_Row, torch.T
     return out
 
 
+def _head_parts(model):
+    """``(decoder, lm_head)`` of a plain causal LM, or None when logits are not ``lm_head(hidden)``.
+
+    Models that scale or soft-cap their logits (Gemma 2/3, Cohere, ...) return None and are scored
+    through their full forward.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wrapper
+    cfg = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
+    if any(getattr(cfg, a, None) not in (None, 1, 1.0) for a in ("final_logit_softcapping", "logit_scale")):
+        return None
+    get_decoder = getattr(base, "get_decoder", None)
+    head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    decoder = get_decoder() if callable(get_decoder) else None
+    if decoder is None or decoder is base or not isinstance(head, torch.nn.Linear):
+        return None
+    return decoder, head
+
+
+def _packed_length(entry: _Entry) -> int:
+    return len(entry.prefix) + sum(len(r.suffix) + len(r.response) - 1 for r in entry.rows)
+
+
+def _packed_batches(entries: list[_Entry], token_budget: int) -> list[list[_Entry]]:
+    """Entries sorted by packed length, grouped while ``rows x longest`` stays under the budget."""
+    order = sorted(entries, key=_packed_length, reverse=True)
+    batches: list[list[_Entry]] = []
+    for entry in order:
+        if batches and (len(batches[-1]) + 1) * _padded_width(_packed_length(batches[-1][0])) <= token_budget:
+            batches[-1].append(entry)
+        else:
+            batches.append([entry])
+    return batches
+
+
+_HEAD_CHUNK = 8192  # response positions per lm_head call
+_WIDTH_MULTIPLE = 64  # packed rows are padded to a multiple of this: recurring shapes across training steps
+                      # let attention backends (cuDNN) reuse their execution plans
+
+
+def _padded_width(length: int) -> int:
+    return -(-length // _WIDTH_MULTIPLE) * _WIDTH_MULTIPLE
+
+
+def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A host array on ``device``; to CUDA from pinned memory without blocking the host."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
+def _score_packed(model, batch: list[_Entry], device, parts) -> list[tuple[_Row, torch.Tensor]]:
+    """One forward for the whole batch: each step's prefix and all its views' continuations in one row.
+
+    Row layout: ``[P | s_1 r_1[:-1] | s_2 r_2[:-1] | ... | pad]``. Branch ``j`` restarts its position
+    ids at ``len(P)`` and attends to ``P`` and to itself (a tree-shaped causal mask), so every branch
+    sees exactly the tokens of its own context; the prefix is computed once, with no cache.
+    """
+    width = _padded_width(max(_packed_length(e) for e in batch))
+    nb = len(batch)
+    ids = np.zeros((nb, width), dtype=np.int64)
+    pos = np.zeros((nb, width), dtype=np.int64)
+    seg = np.full((nb, width), -1, dtype=np.int64)  # 0 prefix, j >= 1 branch j, -1 padding
+    where: list[tuple[_Row, int, int]] = []  # row, batch index, column of its first prediction
+    for b, e in enumerate(batch):
+        p = len(e.prefix)
+        ids[b, :p], pos[b, :p], seg[b, :p] = e.prefix, np.arange(p), 0
+        col = p
+        for j, row in enumerate(e.rows, start=1):
+            toks = row.suffix + row.response[:-1]
+            n = len(toks)
+            ids[b, col:col + n], pos[b, col:col + n], seg[b, col:col + n] = toks, np.arange(p, p + n), j
+            where.append((row, b, col + len(row.suffix) - 1))
+            col += n
+        pos[b, col:] = np.arange(width - col)  # padding: any positions
+    ids_t, pos_t, seg_t = (_to_device(a, device) for a in (ids, pos, seg))
+    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+    sq, sk = seg_t[:, :, None], seg_t[:, None, :]
+    mask = (causal[None] & ((sk == 0) | (sk == sq)))[:, None]  # padding attends to padding (no empty rows)
+    # flat (batch, column) of every predicting position and its target token
+    b_idx = np.concatenate([np.full(len(r.response), b) for r, b, _ in where])
+    c_idx = np.concatenate([np.arange(c, c + len(r.response)) for r, _, c in where])
+    targets = np.concatenate([np.asarray(r.response, dtype=np.int64) for r, _, _ in where])
+    b_t, c_t, targets = (_to_device(a, device) for a in (b_idx, c_idx, targets))
+    if parts is not None:
+        decoder, head = parts
+        hidden = decoder(input_ids=ids_t, attention_mask=mask, position_ids=pos_t, use_cache=False).last_hidden_state
+        picked = hidden[b_t, c_t]
+        chunks = []
+        for start in range(0, len(picked), _HEAD_CHUNK):
+            logits = head(picked[start:start + _HEAD_CHUNK]).float()
+            tgt = targets[start:start + _HEAD_CHUNK, None]
+            chunks.append(logits.gather(-1, tgt)[:, 0] - torch.logsumexp(logits, dim=-1))
+        flat = torch.cat(chunks)
+    else:
+        logits = model(input_ids=ids_t, attention_mask=mask, position_ids=pos_t, use_cache=False).logits
+        logits = logits[b_t, c_t].float()
+        flat = logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+    out, start = [], 0
+    for row, _, _ in where:
+        n = len(row.response)
+        out.append((row, flat[start:start + n]))
+        start += n
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # public scorers
 
@@ -375,6 +491,13 @@ class ReplayScorer:
         Encode each step's common context prefix once (default: on for full-attention models).
     min_prefix : int
         Shorter common prefixes are not worth a separate pass; views are then scored as full rows.
+    packed : bool, optional
+        Score each step in one row: its common prefix followed by every view's continuation, with a
+        tree-shaped attention mask and per-branch position ids, one forward per batch and the output
+        head applied to response positions only. ``False``: encode the prefixes into a key/value
+        cache and continue each view on top of it. Default: packed for full-attention models on CUDA
+        (faster there: fewer, larger kernels), the cache on CPU (where the dense tree mask costs more
+        attention than it saves); ``benchmarks/scoring.py`` times both.
     """
 
     def __init__(
@@ -388,6 +511,7 @@ class ReplayScorer:
         progress: bool = True,
         share_prefix: bool | None = None,
         min_prefix: int = 8,
+        packed: bool | None = None,
     ):
         from ocsd.models import resolve_dtype
 
@@ -406,6 +530,11 @@ class ReplayScorer:
         if self.share_prefix and not _supports_prefix_cache(model):
             raise ValueError("share_prefix=True needs a full-attention model (no sliding-window layers)")
         self.min_prefix = int(min_prefix)
+        full_attention = _supports_prefix_cache(model)
+        self.packed = (full_attention and self.device.type == "cuda") if packed is None else bool(packed)
+        if self.packed and not full_attention:
+            raise ValueError("packed=True needs a full-attention model (no sliding-window layers)")
+        self._parts = _head_parts(model) if self.packed else None
 
     def score(self, items: Sequence[ScoreItem], *, progress: bool | None = None) -> list[dict[str, np.ndarray]]:
         """Score every view of every item.
@@ -416,23 +545,55 @@ class ReplayScorer:
             One dict per item, view name -> float32 array of shape ``(len(response_ids),)``; views in
             ``item.given`` are returned unchanged (as float32), the others are scored.
         """
+        return self.submit(items, progress=progress).result()
+
+    def submit(self, items: Sequence[ScoreItem], *, progress: bool | None = None) -> "PendingScores":
+        """Queue the forward passes of :meth:`score` and return without waiting for the device.
+
+        On CUDA the batches' inputs are copied from pinned memory without blocking, so the host is
+        free (e.g. to render the next steps' views) while the GPU works; :meth:`PendingScores.result`
+        waits and returns what :meth:`score` returns. Input errors are raised here.
+        """
         items = list(items)
         _validate(items, self.max_length)
-        results: list[dict[str, np.ndarray]] = [{} for _ in items]
         entries = _plan(items, self.share_prefix, self.min_prefix)
-        batches = _batches(entries, self.token_budget)
+        if self.packed:
+            batches = _packed_batches(entries, self.token_budget)
+        else:
+            batches = _batches(entries, self.token_budget)
         show = self.progress if progress is None else progress
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(entries), desc="replay scoring", unit="seq", disable=not show, leave=False)
-        with torch.inference_mode():
+        scored: list[tuple[_Row, torch.Tensor]] = []
+        with torch.inference_mode(), tqdm(total=len(entries), desc="replay scoring", unit="seq",
+                                          disable=not show, leave=False) as bar:
             for batch in batches:
-                for row, lp in _score_batch(self.model, batch, self.device):
-                    results[row.item][row.view] = lp.cpu().numpy().astype(np.float32)
+                if self.packed:
+                    scored.extend(_score_packed(self.model, batch, self.device, self._parts))
+                else:
+                    scored.extend(_score_batch(self.model, batch, self.device))
                 bar.update(len(batch))
-        bar.close()
+        return PendingScores(items, scored)
+
+
+class PendingScores:
+    """Scores queued by :meth:`ReplayScorer.submit`; :meth:`result` waits for them."""
+
+    def __init__(self, items: list[ScoreItem], scored: list[tuple[_Row, torch.Tensor]]):
+        self._items, self._scored = items, scored
+
+    def result(self) -> list[dict[str, np.ndarray]]:
+        """One dict per item, as :meth:`ReplayScorer.score` returns (one device-to-host copy)."""
+        results: list[dict[str, np.ndarray]] = [{} for _ in self._items]
+        if self._scored:
+            with torch.inference_mode():
+                flat = torch.cat([lp.float() for _, lp in self._scored]).cpu().numpy()
+            start = 0
+            for row, lp in self._scored:
+                results[row.item][row.view] = flat[start:start + len(lp)]
+                start += len(lp)
         out = []
-        for item, res in zip(items, results):
+        for item, res in zip(self._items, results):
             full = {}
             for view in list(item.contexts) + [v for v in (item.given or {}) if v not in item.contexts]:
                 if item.given and view in item.given:

@@ -50,11 +50,74 @@ def max_err(model, items, results) -> float:
     return err
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize(("seed", "budget"), [(0, 1), (1, 300), (2, 100_000)])
-def test_scorer_matches_unbatched_reference(tiny_model, seed, budget):
+def test_scorer_matches_unbatched_reference(tiny_model, seed, budget, packed):
     items = random_items(np.random.default_rng(seed), 8)
-    scorer = ReplayScorer(tiny_model, token_budget=budget, progress=False, min_prefix=1)
+    scorer = ReplayScorer(tiny_model, token_budget=budget, progress=False, min_prefix=1, packed=packed)
+    assert scorer.packed is packed
     assert max_err(tiny_model, items, scorer.score(items)) < TOL_FP32
+
+
+def test_packed_is_the_cuda_default_and_uses_the_output_head(tiny_model):
+    assert ReplayScorer(tiny_model, progress=False).packed is False  # CPU: prefix cache
+    scorer = ReplayScorer(tiny_model, progress=False, packed=True)
+    assert scorer._parts is not None and scorer._parts[1] is tiny_model.get_output_embeddings()
+
+
+def test_packed_rows_hold_a_tree_per_step(tiny_model, monkeypatch):
+    """One forward per batch; each branch sees the prefix and itself, never another branch."""
+    import ocsd.scoring as scoring
+
+    calls = []
+    decoder = tiny_model.get_decoder()
+    original = decoder.forward
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(decoder, "forward", spy)
+    prefix, a, b, response = [5, 6, 7], [8, 9], [10], [11, 12]
+    item = ScoreItem({"a": prefix + a, "b": prefix + b}, response)
+    ReplayScorer(tiny_model, progress=False, min_prefix=1, packed=True).score([item])
+    assert len(calls) == 1
+    pos, mask = calls[0]["position_ids"][0].tolist(), calls[0]["attention_mask"][0, 0]
+    # [P P P | a a r0 | b r0 | pad ...]: branch positions restart after the prefix
+    assert pos[:8] == [0, 1, 2, 3, 4, 5, 3, 4]
+    assert calls[0]["input_ids"].shape[1] % scoring._WIDTH_MULTIPLE == 0
+    assert mask[6, :3].all() and not mask[6, 3:6].any() and mask[6, 6]  # b's first token: prefix + itself
+    assert mask[5, :6].all() and not mask[5, 6:].any()  # a's last token: prefix and branch a
+
+
+def test_packed_without_a_plain_output_head(tiny_model, monkeypatch):
+    """Models whose logits are not lm_head(hidden) (soft-capped, scaled) go through the full forward."""
+    import ocsd.scoring as scoring
+
+    monkeypatch.setattr(scoring, "_head_parts", lambda model: None)
+    items = random_items(np.random.default_rng(11), 6)
+    scorer = ReplayScorer(tiny_model, progress=False, min_prefix=1, packed=True)
+    assert scorer._parts is None
+    assert max_err(tiny_model, items, scorer.score(items)) < TOL_FP32
+
+
+def test_soft_capped_models_have_no_head_parts(tiny_model):
+    from ocsd.scoring import _head_parts
+
+    capped = copy.deepcopy(tiny_model)
+    capped.config.final_logit_softcapping = 30.0
+    assert _head_parts(tiny_model) is not None and _head_parts(capped) is None
+
+
+def test_lora_wrapped_model_matches_reference(tiny_model):
+    peft = pytest.importorskip("peft")
+    model = peft.get_peft_model(copy.deepcopy(tiny_model), peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"],
+                                                                             init_lora_weights=False))
+    model.eval()
+    scorer = ReplayScorer(model, progress=False, min_prefix=1, packed=True)
+    assert scorer._parts is not None
+    items = random_items(np.random.default_rng(12), 5)
+    assert max_err(model, items, scorer.score(items)) < TOL_FP32
 
 
 def test_without_prefix_sharing_matches_reference(tiny_model):
@@ -158,6 +221,8 @@ def test_sliding_window_models_do_not_share_prefixes(make_tiny_model):
     assert ReplayScorer(model, progress=False).share_prefix is False
     with pytest.raises(ValueError, match="full-attention"):
         ReplayScorer(model, progress=False, share_prefix=True)
+    with pytest.raises(ValueError, match="packed=True needs a full-attention"):
+        ReplayScorer(model, progress=False, packed=True)
 
 
 # ---------------------------------------------------------------------------- response_logprobs
