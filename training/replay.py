@@ -7,6 +7,7 @@ for the update); the Full, Observation-Ablated and any further views are rendere
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -15,11 +16,12 @@ import numpy as np
 import pandas as pd
 
 from ocsd.prompts import PromptRenderer
-from ocsd.scoring import ReplayScorer, ScoreItem
+from ocsd.scoring import PendingScores, ReplayScorer, ScoreItem
 from ocsd.views import StepRecord, render_steps
 from training.rollout import StepSample, Trajectory
 
 StepKey = tuple[int, int]  # (trajectory index, step index)
+PIPELINE_CHUNKS = 4  # pieces of the selected steps on CUDA: render one while the GPU scores the last
 
 
 def step_record(traj: Trajectory, sample: StepSample, env_name: str, key: str = "",
@@ -53,26 +55,49 @@ def score_steps(
     env_name: str,
     max_prompt_length: int,
     progress: bool = False,
+    timings: dict[str, float] | None = None,
+    chunks: int | None = None,
 ) -> ReplayScores:
     """Score the response tokens of the given steps under ``views`` (Student log-probs passed through).
 
     Steps whose views cannot fit ``max_prompt_length`` even without history are reported in
     ``skipped`` (and not scored); steps whose history had to be shortened are counted in ``truncated``.
+    On CUDA the steps go in ``chunks`` pieces: the views of one piece are rendered (tokenised on the
+    CPU) while the GPU scores the previous one. With ``timings`` given, the seconds spent rendering
+    (``time/replay_render``) and submitting and waiting for the forward passes (``time/replay_forward``)
+    are added to it; their sum is the wall time of the call.
     """
-    records = [step_record(trajs[t], trajs[t].steps[k], env_name) for t, k in keys]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # skipped steps are returned and logged by the caller
-        rendered, skipped = render_steps(records, list(views), renderer, max_prompt_length)
-    out = ReplayScores(skipped=[s.reason for s in skipped])
-    items, item_keys = [], []
-    for index, step in rendered:
-        key = keys[index]
-        out.truncated += int(step.truncated)
-        items.append(ScoreItem(step.contexts, step.response_ids, key=records[index].key,
-                               given={"student": student_logp[key]}))
-        item_keys.append(key)
-    for key, logps in zip(item_keys, scorer.score(items, progress=progress)):
-        out.logp[key] = logps
+    timings = {} if timings is None else timings
+    chunks = chunks if chunks is not None else (PIPELINE_CHUNKS if scorer.device.type == "cuda" else 1)
+    out = ReplayScores()
+    pending: list[tuple[list[StepKey], PendingScores]] = []
+    render_s = forward_s = 0.0
+    for part in np.array_split(np.arange(len(keys)), max(1, min(chunks, len(keys)))):
+        start = time.perf_counter()
+        part_keys = [keys[i] for i in part]
+        records = [step_record(trajs[t], trajs[t].steps[k], env_name) for t, k in part_keys]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # skipped steps are returned and logged by the caller
+            rendered, skipped = render_steps(records, list(views), renderer, max_prompt_length)
+        out.skipped += [s.reason for s in skipped]
+        items, item_keys = [], []
+        for index, step in rendered:
+            key = part_keys[index]
+            out.truncated += int(step.truncated)
+            items.append(ScoreItem(step.contexts, step.response_ids, key=records[index].key,
+                                   given={"student": student_logp[key]}))
+            item_keys.append(key)
+        middle = time.perf_counter()
+        pending.append((item_keys, scorer.submit(items, progress=progress)))
+        render_s += middle - start
+        forward_s += time.perf_counter() - middle
+    start = time.perf_counter()
+    for item_keys, scores in pending:
+        for key, logps in zip(item_keys, scores.result()):
+            out.logp[key] = logps
+    forward_s += time.perf_counter() - start
+    timings["time/replay_render"] = timings.get("time/replay_render", 0.0) + render_s
+    timings["time/replay_forward"] = timings.get("time/replay_forward", 0.0) + forward_s
     return out
 
 

@@ -7,7 +7,8 @@ One training step:
 3. old-policy log-probs of every step (``time/old_logprob``), reference log-probs for the KL loss
    (``time/ref_logprob``), step NLL and step selection (top / random / all, rho);
 4. replay scoring of the selected steps under the views the method needs (and, at checkpoints,
-   Full and Observation-Ablated for the records) (``time/replay_scoring``); the privileged teacher of
+   Full and Observation-Ablated for the records) (``time/replay_scoring``, split into
+   ``time/replay_render`` and ``time/replay_forward``); the privileged teacher of
    the baselines (``time/teacher_logprob``);
 5. token advantages through :func:`ocsd.methods.token_advantages` (``time/advantage``) and the PPO
    update with verl's losses (``time/update``);
@@ -21,6 +22,7 @@ it to the same result as an uninterrupted run with the same seed.
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import os
 import shutil
@@ -219,7 +221,7 @@ class Trainer:
                 if views:
                     scores = score_steps(self.policy.scorer, self.renderer, trajs, sel_keys, sorted(views),
                                          stats.student_logp(), env_name=cfg.env,
-                                         max_prompt_length=cfg.max_prompt_length)
+                                         max_prompt_length=cfg.max_prompt_length, timings=timings)
             teacher_logp = None
             if spec.privileged_teacher:
                 with timed(timings, "time/teacher_logprob"):
@@ -314,6 +316,11 @@ class Trainer:
     def fit(self) -> Path:
         """Train from ``start_step`` to ``total_steps``; returns the run folder."""
         cfg = self.cfg
+        # Model, tokenizer, environments and imports are set up: move their objects out of the
+        # collector's reach, so that full collections during training walk only what the steps create
+        # (otherwise each takes about 0.3 s and lands in whichever phase happens to be running).
+        gc.collect()
+        gc.freeze()
         bar = tqdm(range(self.start_step, cfg.total_steps + 1), desc=f"{cfg.method} training",
                    initial=self.start_step - 1, total=cfg.total_steps, disable=not cfg.progress)
         for step in bar:
