@@ -7,12 +7,14 @@
 #   bash benchmarks/gpu_trainer.sh device    # on the GPU machine, from the repository root, with
 #                                            # checkpoints/gpu_carry/ copied there: unpacks the
 #                                            # packages, builds the model, runs OCSD then GRPO
+#   bash benchmarks/gpu_trainer.sh tests     # on the GPU machine: the CUDA tests of the scorer
+#                                            # (pytest -m gpu) with the carried pytest wheels
 #
 # Environment variables of the device step (defaults are the measured setting):
 #   PY (/opt/torch/.venv/bin/python), OUT (results folder, default ./gpu_trainer_out), BATCH (16),
 #   GROUP (8), MAX_STEPS (10), RESPONSE (128), STEPS (4), WORKERS (8), RUN_LIMIT (255 s per method),
 #   ARCH (smollm2: SmolLM2-135M; qwen3-1.7b: the shape of Qwen3-1.7B), both with random weights,
-#   MICRO (update micro-batch tokens, 32768; use 8192 for qwen3-1.7b).
+#   MICRO (update micro-batch tokens, 32768; use 8192 for qwen3-1.7b), METHODS ("ocsd grpo").
 # With these defaults on one H200 each method finishes 2 training steps within RUN_LIMIT (about
 # 100 s a step, 80 s of it rollout); metrics.jsonl is written after every step, so the steps done
 # before the time limit are kept.
@@ -55,6 +57,9 @@ build() {
         cp -r "$sp/google/$d" "$site/google/"
     done
     find "$site" -name __pycache__ -type d -prune -exec rm -rf {} +
+    # pytest for the CUDA tests (pure-Python wheels, unpacked on the device by `tests`)
+    mkdir -p "$CARRY/wheels"
+    "$venv/bin/pip" download -q --no-deps -d "$CARRY/wheels" pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1
     tar -cf - -C /tmp site312 | xz -T0 -6 > "$SITE_TGZ"
     # tokenizer of SmolLM2-135M-Instruct (the weights are built at random on the device)
     local tok=$CARRY/tok cache=${OCSD_CACHE:-$HOME/.cache/ocsd}/smollm2-135m-instruct
@@ -77,7 +82,7 @@ device() {
     local site=/root/gpu_site model=/root/smollm2_random
     mkdir -p "$site" "$out"
     tar -xJf "$SITE_TGZ" -C "$site"
-    export PYTHONPATH=$site/site312:$PWD HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+    export PYTHONPATH=$site/site312:$PWD HF_HUB_OFFLINE=1
     "$py" -c "import verl.trainer.ppo.core_algos, verl.workers.config.actor, alfworld, textworld, fast_downward; print('imports ok')"
     "$py" -c "
 import shutil, sys, torch
@@ -99,7 +104,7 @@ for f in ('tokenizer.json', 'tokenizer_config.json', 'chat_template.jinja', 'gen
 print('model', '$model', torch.cuda.get_device_name(0))"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
     local method
-    for method in ocsd grpo; do
+    for method in ${METHODS:-ocsd grpo}; do
         local extra=()
         [ "$method" = grpo ] && extra=(write_replay=false)
         set +e
@@ -116,8 +121,16 @@ print('model', '$model', torch.cuda.get_device_name(0))"
     done
 }
 
+gpu_tests() {
+    local py=${PY:-/opt/torch/.venv/bin/python} pt=/tmp/ocsd_pytest whl
+    mkdir -p "$pt"
+    for whl in "$CARRY"/wheels/*.whl; do "$py" -m zipfile -e "$whl" "$pt"; done
+    HF_HUB_OFFLINE=1 PYTHONPATH=$pt:$PWD "$py" -m pytest -q -p no:cacheprovider -m gpu tests/ocsd/test_scoring_gpu.py
+}
+
 case "${1:-}" in
     build) build ;;
     device) device ;;
-    *) echo "usage: bash benchmarks/gpu_trainer.sh build|device" >&2; exit 2 ;;
+    tests) gpu_tests ;;
+    *) echo "usage: bash benchmarks/gpu_trainer.sh build|device|tests" >&2; exit 2 ;;
 esac
