@@ -164,7 +164,7 @@ def _describe(index: int, key) -> str:
     return f"item {index}" + (f" (key={key!r})" if key is not None else "")
 
 
-def _validate(items: Sequence[ScoreItem], max_length: int | None) -> None:
+def _validate(items: Sequence[ScoreItem], max_length: int | None, limit_name: str = "maximum length") -> None:
     for i, item in enumerate(items):
         where = _describe(i, item.key)
         if not isinstance(item, ScoreItem):
@@ -180,7 +180,7 @@ def _validate(items: Sequence[ScoreItem], max_length: int | None) -> None:
             if max_length is not None and len(ctx) + n > max_length:
                 raise ScoringError(
                     f"{where}, view {view!r}: context {len(ctx)} + response {n} = {len(ctx) + n} tokens exceeds "
-                    f"the model's maximum length {max_length}"
+                    f"the model's {limit_name} {max_length}"
                 )
         for view, arr in (item.given or {}).items():
             if len(arr) != n:
@@ -272,6 +272,28 @@ def _supports_prefix_cache(model) -> bool:
 def _max_length(model) -> int | None:
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     return getattr(cfg, "max_position_embeddings", None)
+
+
+def _sliding_window(model) -> int | None:
+    """The window of a model with sliding-window layers, else None.
+
+    The scorer passes explicit 4-D attention masks, which take the place of the model's own
+    sliding-window masks; sequences up to the window length are unaffected, longer ones are refused.
+    """
+    if _supports_prefix_cache(model):
+        return None
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    window = getattr(cfg, "sliding_window", None)
+    return int(window) if window else None
+
+
+def _length_limit(model, max_length: int | None) -> tuple[int | None, str]:
+    """The longest allowed context + response, and what sets it (for error messages)."""
+    limit = max_length if max_length is not None else _max_length(model)
+    window = _sliding_window(model)
+    if window is not None and (limit is None or window < limit):
+        return window, "sliding window"
+    return limit, "maximum length"
 
 
 def _encode_prefixes(model, batch: list[_Entry], device):
@@ -484,7 +506,9 @@ class ReplayScorer:
         its prefix's cache length) per forward batch; default :func:`default_token_budget`. A batch
         always holds at least one step.
     max_length : int, optional
-        Longest allowed context + response; default ``config.max_position_embeddings``.
+        Longest allowed context + response; default ``config.max_position_embeddings``. For models
+        with sliding-window layers it is at most the window (the scorer's explicit attention masks
+        replace the model's windowed ones).
     progress : bool
         Show a tqdm bar over steps.
     share_prefix : bool, optional
@@ -524,7 +548,7 @@ class ReplayScorer:
         if token_budget < 1:
             raise ValueError(f"token_budget must be positive, got {token_budget}")
         self.token_budget = token_budget
-        self.max_length = max_length if max_length is not None else _max_length(model)
+        self.max_length, self._limit_name = _length_limit(model, max_length)
         self.progress = progress
         self.share_prefix = _supports_prefix_cache(model) if share_prefix is None else bool(share_prefix)
         if self.share_prefix and not _supports_prefix_cache(model):
@@ -555,7 +579,7 @@ class ReplayScorer:
         waits and returns what :meth:`score` returns. Input errors are raised here.
         """
         items = list(items)
-        _validate(items, self.max_length)
+        _validate(items, self.max_length, self._limit_name)
         entries = _plan(items, self.share_prefix, self.min_prefix)
         if self.packed:
             batches = _packed_batches(entries, self.token_budget)
@@ -645,7 +669,7 @@ def response_logprobs(
         float32 tensors on the model's device, ``i``-th of shape ``(len(pairs[i][1]),)``, in input order.
     """
     items = [ScoreItem({"_": p}, r, key=i) for i, (p, r) in enumerate(pairs)]
-    _validate(items, max_length if max_length is not None else _max_length(model))
+    _validate(items, *_length_limit(model, max_length))
     device = _model_device(model)
     token_budget = default_token_budget(device) if token_budget is None else int(token_budget)
     entries = _plan(items, share_prefix=False, min_prefix=0)

@@ -225,6 +225,23 @@ def test_sliding_window_models_do_not_share_prefixes(make_tiny_model):
         ReplayScorer(model, progress=False, packed=True)
 
 
+def test_sliding_window_caps_the_length(make_tiny_model):
+    """Explicit 4-D masks replace a model's windowed masks: longer sequences are refused, shorter ones exact."""
+    model = make_tiny_model(vocab_size=64, seed=1)
+    model.config.layer_types = ["sliding_attention", "full_attention"]
+    model.config.sliding_window = 12
+    scorer = ReplayScorer(model, progress=False)
+    assert scorer.max_length == 12
+    short = ScoreItem({"a": [1, 2, 3, 4], "b": [1, 2, 5]}, [6, 7, 8], key="short")
+    res = scorer.score([short])[0]
+    for view, ctx in short.contexts.items():
+        assert np.abs(res[view] - sequence_logprobs(model, ctx, short.response_ids)).max() < TOL_FP32
+    with pytest.raises(ScoringError, match=r"key='long'.*exceeds the model's sliding window 12"):
+        scorer.score([ScoreItem({"a": list(range(1, 11))}, [5, 6, 7], key="long")])
+    with pytest.raises(ScoringError, match="sliding window 12"):
+        response_logprobs(model, [(list(range(1, 11)), [5, 6, 7])])
+
+
 # ---------------------------------------------------------------------------- response_logprobs
 
 
