@@ -296,6 +296,11 @@ def _length_limit(model, max_length: int | None) -> tuple[int | None, str]:
     return limit, "maximum length"
 
 
+def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Log-softmax of ``logits`` (``[..., V]``) at ``targets`` (``[...]``)."""
+    return logits.gather(-1, targets[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
+
+
 def _encode_prefixes(model, batch: list[_Entry], device):
     """Right-padded prefix forward; returns per-layer (keys, values) and the prefix attention mask."""
     from transformers import DynamicCache
@@ -356,7 +361,7 @@ def _continue_rows(model, rows: list[_Row], prefix_lens: list[int], kv, prefix_m
     else:
         logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, **kw).logits[:, keep]
     logits = logits.float()
-    return logits.gather(-1, targets[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
+    return _token_logprobs(logits, targets)
 
 
 def _score_batch(model, batch: list[_Entry], device) -> list[tuple[_Row, torch.Tensor]]:
@@ -473,13 +478,11 @@ def _score_packed(model, batch: list[_Entry], device, parts) -> list[tuple[_Row,
         chunks = []
         for start in range(0, len(picked), _HEAD_CHUNK):
             logits = head(picked[start:start + _HEAD_CHUNK]).float()
-            tgt = targets[start:start + _HEAD_CHUNK, None]
-            chunks.append(logits.gather(-1, tgt)[:, 0] - torch.logsumexp(logits, dim=-1))
+            chunks.append(_token_logprobs(logits, targets[start:start + _HEAD_CHUNK]))
         flat = torch.cat(chunks)
     else:
         logits = model(input_ids=ids_t, attention_mask=mask, position_ids=pos_t, use_cache=False).logits
-        logits = logits[b_t, c_t].float()
-        flat = logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+        flat = _token_logprobs(logits[b_t, c_t].float(), targets)
     out, start = [], 0
     for row, _, _ in where:
         n = len(row.response)

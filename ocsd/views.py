@@ -511,6 +511,15 @@ class RenderedStep:
         return self.contexts[name] + list(self.step.response_ids)
 
 
+def _resolve_views(views: Iterable[str | ReplayView]) -> list[ReplayView]:
+    """View objects of names, specs or objects; their names must be unique."""
+    resolved = [get_view(v) for v in views]
+    names = [v.name for v in resolved]
+    if len(set(names)) != len(names):
+        raise ValueError(f"view names must be unique, got {names}")
+    return resolved
+
+
 def _render_one(view: ReplayView, step: StepRecord, renderer: PromptRenderer) -> tuple[list[int], RenderedView | None]:
     render_view = getattr(view, "render_view", None)
     if callable(render_view):
@@ -539,10 +548,7 @@ def render_views(step: StepRecord, views: Iterable[str | ReplayView], renderer: 
     MissingEvidence
         If a view lacks what it needs.
     """
-    resolved = [get_view(v) for v in views]
-    names = [v.name for v in resolved]
-    if len(set(names)) != len(names):
-        raise ValueError(f"view names must be unique, got {names}")
+    resolved = _resolve_views(views)
     if max_prompt_len is not None and max_prompt_len <= 0:
         raise ValueError(f"max_prompt_len must be positive, got {max_prompt_len}")
     total = len(step.history)
@@ -620,10 +626,7 @@ def render_steps(steps: Sequence[StepRecord], views: Iterable[str | ReplayView],
     skipped : list of SkippedStep
         Also announced with one ``UserWarning`` giving the count and the first reasons.
     """
-    resolved = [get_view(v) for v in views]
-    names = [v.name for v in resolved]
-    if len(set(names)) != len(names):
-        raise ValueError(f"view names must be unique, got {names}")
+    resolved = _resolve_views(views)
     first = _render_batched(steps, resolved, renderer)
     rendered, skipped = [], []
     iterator: Iterable[tuple[int, StepRecord]] = enumerate(steps)
