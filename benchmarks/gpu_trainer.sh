@@ -86,7 +86,7 @@ device() {
     "$py" -c "import verl.trainer.ppo.core_algos, verl.workers.config.actor, alfworld, textworld, fast_downward; print('imports ok')"
     "$py" -c "
 import shutil, sys, torch
-from ocsd.models import smollm2_architecture
+from ocsd.replay.models import smollm2_architecture
 if '${ARCH:-smollm2}' == 'qwen3-1.7b':
     # the shape of Qwen3-1.7B (vocabulary of the SmolLM2 tokenizer that is carried), random weights
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -125,7 +125,7 @@ gpu_tests() {
     local py=${PY:-/opt/torch/.venv/bin/python} pt=/tmp/ocsd_pytest whl
     mkdir -p "$pt"
     for whl in "$CARRY"/wheels/*.whl; do "$py" -m zipfile -e "$whl" "$pt"; done
-    HF_HUB_OFFLINE=1 PYTHONPATH=$pt:$PWD "$py" -m pytest -q -p no:cacheprovider -m gpu tests/ocsd/test_scoring_gpu.py
+    HF_HUB_OFFLINE=1 PYTHONPATH=$pt:$PWD "$py" -m pytest -q -p no:cacheprovider -m gpu tests/ocsd/replay/test_scoring_gpu.py
 }
 
 case "${1:-}" in

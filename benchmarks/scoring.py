@@ -32,8 +32,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ocsd.models import load_model, smollm2_architecture  # noqa: E402
-from ocsd.scoring import ReplayScorer, ScoreItem, default_token_budget, sequence_logprobs  # noqa: E402
+from ocsd.replay.models import load_model, smollm2_architecture  # noqa: E402
+from ocsd.replay.scoring import ReplayScorer, ScoreItem, default_token_budget, sequence_logprobs  # noqa: E402
 
 
 def make_items(args, vocab: int, rng: np.random.Generator) -> list[ScoreItem]:

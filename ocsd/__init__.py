@@ -1,14 +1,14 @@
-"""Observation-Calibrated Self-Distillation: the algorithm core.
+"""Observation-Calibrated Self-Distillation: the algorithm and everything a replay needs.
 
-Pure functions on tensors and plain records, free of trainer and environment code:
+Three layers, each its own sub-package, plus the environment registry and the command-line conventions:
 
-- :mod:`ocsd.signals`: observation residual, calibration signal, step NLL, step selection;
-- :mod:`ocsd.advantages`: GRPO advantage, OCSD token advantage, the baselines' token terms;
-- :mod:`ocsd.methods`: the method registry, the one dispatch path of the trainers;
-- :mod:`ocsd.prompts`, :mod:`ocsd.schemas`, :mod:`ocsd.views`: interaction prompts, action schemas
-  g(a) and replay views (Full, Observation-Ablated, swap, user-defined);
-- :mod:`ocsd.scoring`, :mod:`ocsd.models`: the teacher-forced replay scorer and offline model loading;
-- :mod:`ocsd.records`: the replay-score format, the one interface between training and diagnostics.
+- :mod:`ocsd.algorithm`: pure tensor functions (residual, calibration signal, step selection, advantages,
+  the baselines' token terms) and the method registry;
+- :mod:`ocsd.replay`: prompts, action schemas, replay views, the scorer and its engines, model loading;
+- :mod:`ocsd.records`: the replay-score format, the one interface between training and diagnostics;
+- :mod:`ocsd.cli`: the conventions every ``python -m`` command shares (exit codes, ``--json``, tables).
+
+Nothing here imports verl, vLLM or an environment engine.
 """
 
 __version__ = "0.1.0"

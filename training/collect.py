@@ -10,7 +10,7 @@ writes one checkpoint folder in the replay-score layout (shared/CONTRACT.md)::
 ``actor/trainer_state.pt``), 0 for a base model (``smollm2``, ``tiny`` or a local Hugging Face
 folder). Collecting several checkpoints of one run into the same ``--out`` gives a run folder that
 every diagnostic reads. Views beyond Full and Observation-Ablated (a built-in name or a user's
-``module:Class``, see :func:`ocsd.views.load_view`) add ``logp_<name>`` columns.
+``module:Class``, see :func:`ocsd.replay.views.load_view`) add ``logp_<name>`` columns.
 
 Settings that shape the rollout (prompt and response lengths, history, step cap, sampling) come from
 the checkpoint's ``run.json`` when there is one, then ``--config``, then ``key=value`` overrides, then
@@ -187,7 +187,7 @@ def collection_games(cfg):
 
 def resolve_views(names: Sequence[str]) -> list:
     """Record views (Full, Ablated) plus the named extra views, as view objects with unique names."""
-    from ocsd.views import load_view
+    from ocsd.replay.views import load_view
 
     out, seen = [], set()
     for name in ["full", "ablated", *names]:

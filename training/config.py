@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from ocsd.methods import METHODS
+from ocsd.algorithm.methods import METHODS
 
 ENV_NAMES = ("alfworld",)
 
@@ -36,7 +36,7 @@ class TrainConfig:
     # run
     run_name: str = _doc("run name written to run.json and meta.json", "ocsd")
     run_dir: str = _doc("folder the run is written to (shared/CONTRACT.md layout)", "checkpoints/ocsd")
-    method: str = _doc("training method, one of ocsd.methods.METHODS", "ocsd")
+    method: str = _doc("training method, one of ocsd.algorithm.methods.METHODS", "ocsd")
     seed: int = _doc("seed of every random choice (tasks, sampling, selection)", 0)
     resume: bool = _doc("continue from the last complete checkpoint in run_dir", True)
     # model

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ocsd.advantages import grpo_advantage
-from ocsd.prompts import PromptRenderer
-from ocsd.scoring import ReplayScorer, response_logprobs
-from ocsd.signals import select_steps, step_nll
+from ocsd.algorithm.advantages import grpo_advantage
+from ocsd.replay.prompts import PromptRenderer
+from ocsd.replay.scoring import ReplayScorer, response_logprobs
+from ocsd.algorithm.signals import select_steps, step_nll
 from training.config import TrainConfig
 from training.replay import StepKey
 from training.rollout import GenerationSettings, Trajectory, rollout
@@ -41,7 +41,7 @@ def load_policy(cfg: TrainConfig, init_from: Path | None = None):
     ``init_from`` is a checkpoint's ``actor/`` folder: its weights (or LoRA adapter) replace the
     initial ones.
     """
-    from ocsd.models import load_model, load_tokenizer, resolve_dtype, tiny_model
+    from ocsd.replay.models import load_model, load_tokenizer, resolve_dtype, tiny_model
 
     tokenizer = load_tokenizer("smollm2" if cfg.model == "tiny" else cfg.model)
     lora = cfg.lora_rank > 0

@@ -2,7 +2,7 @@
 
 The Student view's log-probs are the old-policy log-probs of the rollout prompt (already computed
 for the update); the Full, Observation-Ablated and any further views are rendered with
-:mod:`ocsd.views` and scored with :class:`ocsd.scoring.ReplayScorer`.
+:mod:`ocsd.replay.views` and scored with :class:`ocsd.replay.scoring.ReplayScorer`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ocsd.prompts import PromptRenderer
-from ocsd.scoring import PendingScores, ReplayScorer, ScoreItem
-from ocsd.views import StepRecord, render_steps
+from ocsd.replay.prompts import PromptRenderer
+from ocsd.replay.scoring import PendingScores, ReplayScorer, ScoreItem
+from ocsd.replay.views import StepRecord, render_steps
 from training.rollout import StepSample, Trajectory
 
 StepKey = tuple[int, int]  # (trajectory index, step index)
@@ -26,7 +26,7 @@ PIPELINE_CHUNKS = 4  # pieces of the selected steps on CUDA: render one while th
 
 def step_record(traj: Trajectory, sample: StepSample, env_name: str, key: str = "",
                 donor_obs: str | None = None) -> StepRecord:
-    """The :class:`ocsd.views.StepRecord` of one step: its prompt's history and its trajectory's future."""
+    """The :class:`ocsd.replay.views.StepRecord` of one step: its prompt's history and its trajectory's future."""
     k = sample.step_idx
     return StepRecord(
         env=env_name, task=traj.task, step_idx=k, history=sample.shown_history, current_obs=sample.obs,

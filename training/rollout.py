@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from ocsd.prompts import PromptRenderer, interaction_text, parse_output
+from ocsd.replay.prompts import PromptRenderer, interaction_text, parse_output
 
 
 @dataclass

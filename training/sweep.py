@@ -226,7 +226,7 @@ def summary_table(cells: Sequence[Cell]) -> str:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training.sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True, help="YAML config of every cell (training/configs/*.yaml)")
-    p.add_argument("--methods", required=True, help="comma-separated methods (ocsd.methods.METHODS)")
+    p.add_argument("--methods", required=True, help="comma-separated methods (ocsd.algorithm.methods.METHODS)")
     p.add_argument("--seeds", default="0", help="comma-separated integer seeds (default 0)")
     p.add_argument("--rho", help="comma-separated selection ratios in (0, 1] (default: the config's)")
     p.add_argument("--beta", help="comma-separated modulation strengths in [0, 1] (default: the config's)")
@@ -238,7 +238,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from ocsd.methods import METHODS
+    from ocsd.algorithm.methods import METHODS
     from training.config import ConfigError, load_config
 
     try:

@@ -10,7 +10,7 @@ One training step:
    Full and Observation-Ablated for the records) (``time/replay_scoring``, split into
    ``time/replay_render`` and ``time/replay_forward``); the privileged teacher of
    the baselines (``time/teacher_logprob``);
-5. token advantages through :func:`ocsd.methods.token_advantages` (``time/advantage``) and the PPO
+5. token advantages through :func:`ocsd.algorithm.methods.token_advantages` (``time/advantage``) and the PPO
    update with verl's losses (``time/update``);
 6. every ``save_freq`` steps a checkpoint: ``actor/`` (weights, optimizer, RNG state), then
    ``replay/`` with ``meta.json`` last; ``metrics.jsonl`` every step, validation every ``test_freq``.
@@ -34,11 +34,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ocsd.advantages import linear_decay
-from ocsd.methods import MethodSpec, TokenInputs, get_method, token_advantages
-from ocsd.prompts import interaction_text
+from ocsd.algorithm.advantages import linear_decay
+from ocsd.algorithm.methods import MethodSpec, TokenInputs, get_method, token_advantages
+from ocsd.replay.prompts import interaction_text
 from ocsd.records import RunWriter, checkpoint_dirs, write_replay
-from ocsd.signals import calibration_signal
+from ocsd.algorithm.signals import calibration_signal
 from training.config import TrainConfig
 from training.envs.games import GameSource
 from training.policy import Policy, batch_statistics, load_policy, timed

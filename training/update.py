@@ -13,8 +13,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ocsd.methods import MethodSpec, auxiliary_loss_matrix
-from ocsd.scoring import response_logprobs
+from ocsd.algorithm.methods import MethodSpec, auxiliary_loss_matrix
+from ocsd.replay.scoring import response_logprobs
 
 
 @dataclass

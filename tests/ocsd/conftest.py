@@ -49,7 +49,7 @@ def qwen3_tokenizer():
 
 @pytest.fixture(scope="session")
 def qwen_style_tokenizer(smollm2_tokenizer):
-    from ocsd.models import load_tokenizer, smollm2_path
+    from ocsd.replay.models import load_tokenizer, smollm2_path
 
     tok = load_tokenizer(smollm2_path())
     tok.add_special_tokens({"additional_special_tokens": ["<think>", "</think>"]})
@@ -59,7 +59,7 @@ def qwen_style_tokenizer(smollm2_tokenizer):
 
 @pytest.fixture(scope="session")
 def smollm2_renderer(smollm2_tokenizer):
-    from ocsd.prompts import PromptRenderer
+    from ocsd.replay.prompts import PromptRenderer
 
     return PromptRenderer(smollm2_tokenizer)
 

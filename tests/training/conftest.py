@@ -54,7 +54,7 @@ def tiny_overrides(alfworld_games) -> list[str]:
 def tiny_checkpoint(tmp_path_factory, alfworld_games) -> Path:
     import torch
 
-    from ocsd.models import ModelNotFoundError, load_tokenizer, tiny_model
+    from ocsd.replay.models import ModelNotFoundError, load_tokenizer, tiny_model
 
     try:
         tokenizer = load_tokenizer("smollm2")

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("no_user_data")
 REPO = Path(__file__).resolve().parents[2]
 
 USER_VIEW = '''
-from ocsd.views import TemplateView, evidence_pieces
+from ocsd.replay.views import TemplateView, evidence_pieces
 
 
 class NextObsOnly(TemplateView):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ocsd.prompts import PromptRenderer
-from ocsd.scoring import ReplayScorer, sequence_logprobs
-from ocsd.views import render_views
+from ocsd.replay.prompts import PromptRenderer
+from ocsd.replay.scoring import ReplayScorer, sequence_logprobs
+from ocsd.replay.views import render_views
 from training.replay import score_steps, step_record
 from training.rollout import StepSample, Trajectory
 

@@ -17,11 +17,11 @@ import torch
 pytest.importorskip("alfworld", reason="the ALFWorld engine (envs extra) is not installed")
 pytest.importorskip("verl", reason="verl (verl extra) is not installed")
 
-from ocsd.methods import METHODS, TokenInputs, get_method, token_advantages  # noqa: E402
-from ocsd.models import tiny_model  # noqa: E402
+from ocsd.algorithm.methods import METHODS, TokenInputs, get_method, token_advantages  # noqa: E402
+from ocsd.replay.models import tiny_model  # noqa: E402
 from ocsd.records import read_metrics, read_replay, validate_path  # noqa: E402
-from ocsd.scoring import response_logprobs  # noqa: E402
-from ocsd.signals import num_selected  # noqa: E402
+from ocsd.replay.scoring import response_logprobs  # noqa: E402
+from ocsd.algorithm.signals import num_selected  # noqa: E402
 from training.config import ConfigError, load_config, make_config  # noqa: E402
 from training.envs.games import GameSource  # noqa: E402
 from training.trainer import Trainer, TrainingError  # noqa: E402

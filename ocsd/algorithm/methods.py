@@ -31,8 +31,8 @@ from typing import Callable
 
 import torch
 
-from ocsd.advantages import gated_distill_loss_matrix, ocsd_token_advantage, rlsd_token_advantage
-from ocsd.signals import calibration_signal, observation_residual
+from ocsd.algorithm.advantages import gated_distill_loss_matrix, ocsd_token_advantage, rlsd_token_advantage
+from ocsd.algorithm.signals import calibration_signal, observation_residual
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class MethodSpec:
     name : str
         Registry name.
     selection : {"top", "random", "all"}
-        Step-selection mode passed to :func:`ocsd.signals.select_steps`.
+        Step-selection mode passed to :func:`ocsd.algorithm.signals.select_steps`.
     signal : {"residual", "full", None}
         Token signal mapped to ``q``: the residual ``e`` (OCSD) or the Full support ``delta_F``.
     advantage : {"grpo", "ocsd", "rlsd"}

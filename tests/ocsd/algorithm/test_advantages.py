@@ -1,10 +1,10 @@
-"""ocsd.advantages against direct formula evaluation and verl's own estimator."""
+"""ocsd.algorithm.advantages against direct formula evaluation and verl's own estimator."""
 
 import numpy as np
 import pytest
 import torch
 
-from ocsd.advantages import (
+from ocsd.algorithm.advantages import (
     gated_distill_loss_matrix,
     grpo_advantage,
     linear_decay,

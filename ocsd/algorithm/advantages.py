@@ -95,7 +95,7 @@ def ocsd_token_advantage(
         Calibration signal in [-1, 1]; only read on selected steps (other rows may hold anything
         finite, e.g. zeros).
     selected : torch.Tensor of bool, shape (S,)
-        Steps chosen by :func:`ocsd.signals.select_steps`.
+        Steps chosen by :func:`ocsd.algorithm.signals.select_steps`.
     beta : float
         Modulation strength in [0, 1].
     sign_align : bool, default True

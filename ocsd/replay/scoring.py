@@ -540,7 +540,7 @@ class ReplayScorer:
         min_prefix: int = 8,
         packed: bool | None = None,
     ):
-        from ocsd.models import resolve_dtype
+        from ocsd.replay.models import resolve_dtype
 
         dtype = resolve_dtype(dtype)
         if device is not None or dtype is not None:

@@ -19,7 +19,7 @@ Built-in views (registry :data:`VIEWS`, names usable on command lines)
 
 Evidence layout (paper tables "Prompt of Full/Observation-Ablated Replay-Evidence Scoring")
 ------------------------------------------------------------------------------------------
-The replay prompt is the interaction text in its replay wording (:func:`ocsd.prompts.interaction_text`
+The replay prompt is the interaction text in its replay wording (:func:`ocsd.replay.prompts.interaction_text`
 with ``replay=True``), a blank line, then::
 
     Future evidence:
@@ -32,7 +32,7 @@ with ``replay=True``), a blank line, then::
     Observation: {o_{k+2}}
 
 The paper's table has no space after ``Next action:``; it is reproduced as printed. WebShop and
-Search-QA use the same evidence text with their own observations and schemas (:mod:`ocsd.schemas`).
+Search-QA use the same evidence text with their own observations and schemas (:mod:`ocsd.replay.schemas`).
 At a trajectory boundary (no a_{k+1}, or no o_{k+2} after it) the evidence stops after the first
 observation field, in both views, with no future-action scaffold. A step without o_{k+1} has no
 evidence: evidence views raise :class:`MissingEvidence` (environments should record the terminal
@@ -40,14 +40,14 @@ observation so that the last step can be scored).
 
 Structural matching
 -------------------
-Every built-in view is a list of text segments (:class:`ocsd.prompts.Segment`) whose ids concatenate
+Every built-in view is a list of text segments (:class:`ocsd.replay.prompts.Segment`) whose ids concatenate
 to the prompt ids. Full and Ablated share every segment except the ``observation`` segments (each
 holds a whole ``Observation: ...`` field and the blank line after it). Segment boundaries always fall
 after a newline and before a letter, or next to a chat special token, where byte-level BPE
 pre-tokenisers (GPT-2, Llama-3, Qwen2) split anyway. In the renderer's default ``joint`` mode the
 whole prompt is tokenised at once (the ids a model would naturally see) and tokens are assigned to
 segments by character offsets; a token crossing a boundary raises
-:class:`ocsd.prompts.SegmentationError`, so shared segments carry identical ids in both views and the
+:class:`ocsd.replay.prompts.SegmentationError`, so shared segments carry identical ids in both views and the
 two id sequences differ only inside observation spans. In ``separate`` mode each segment is
 tokenised on its own, which guarantees the same for any tokenizer. Both are property-tested on
 random trajectories with the SmolLM2 and Qwen3 tokenizers.
@@ -78,8 +78,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
-from ocsd.prompts import PromptRenderer, Segment, SegmentationError, interaction_text
-from ocsd.schemas import action_schema, canonical_env
+from ocsd.replay.prompts import PromptRenderer, Segment, SegmentationError, interaction_text
+from ocsd.replay.schemas import action_schema, canonical_env
 
 __all__ = [
     "ABLATED_OBSERVATION", "AblatedView", "FullView", "MissingEvidence", "OneObsAblatedView", "OneObsView",

@@ -26,7 +26,7 @@ from ocsd.records import (
     write_replay,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def make_tables(rng, global_step=3, n_traj=4):

@@ -1,6 +1,6 @@
 """The replay scorer on a CUDA device: both scoring paths against the plain unbatched forward.
 
-Skipped without CUDA. Run on a GPU machine with ``python -m pytest -m gpu tests/ocsd/test_scoring_gpu.py``.
+Skipped without CUDA. Run on a GPU machine with ``python -m pytest -m gpu tests/ocsd/replay/test_scoring_gpu.py``.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from ocsd.scoring import ReplayScorer, response_logprobs, sequence_logprobs
-from tests.ocsd.test_scoring import TOL_FP32, random_items
+from ocsd.replay.scoring import ReplayScorer, response_logprobs, sequence_logprobs
+from tests.ocsd.replay.test_scoring import TOL_FP32, random_items
 
 pytestmark = [
     pytest.mark.gpu,
@@ -27,7 +27,7 @@ def _errors(model, items, results) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def cuda_model():
-    from ocsd.models import tiny_model
+    from ocsd.replay.models import tiny_model
 
     return tiny_model(seed=0).to("cuda")
 
@@ -46,7 +46,7 @@ def test_packed_is_the_default_on_cuda(cuda_model):
 
 @pytest.mark.parametrize("packed", [True, False])
 def test_bf16_close_to_bf16_unbatched_on_cuda(cuda_model, packed):
-    from ocsd.models import tiny_model
+    from ocsd.replay.models import tiny_model
 
     model = tiny_model(seed=0).to("cuda", torch.bfloat16)
     items = random_items(np.random.default_rng(21), 24, max_prompt=300)
@@ -55,7 +55,7 @@ def test_bf16_close_to_bf16_unbatched_on_cuda(cuda_model, packed):
 
 
 def test_response_logprobs_gradients_are_finite_on_cuda():
-    from ocsd.models import tiny_model
+    from ocsd.replay.models import tiny_model
 
     model = tiny_model(vocab_size=128, seed=2).to("cuda", torch.bfloat16)
     rng = np.random.default_rng(22)

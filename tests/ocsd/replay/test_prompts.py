@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ocsd.prompts import (
+from ocsd.replay.prompts import (
     TEMPLATES, PromptRenderer, format_memory, interaction_text, parse_output,
 )
 
@@ -219,7 +219,7 @@ def _plain_kw(tokenizer, text):
 
 
 def test_no_chat_template(smollm2_tokenizer):
-    from ocsd.models import load_tokenizer, smollm2_path
+    from ocsd.replay.models import load_tokenizer, smollm2_path
 
     tok = load_tokenizer(smollm2_path())
     tok.chat_template = None

@@ -681,6 +681,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("ok")
     return 1 if problems else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ocsd.scoring import (
+from ocsd.replay.scoring import (
     ReplayScorer,
     ScoreItem,
     ScoringError,
@@ -67,7 +67,7 @@ def test_packed_is_the_cuda_default_and_uses_the_output_head(tiny_model):
 
 def test_packed_rows_hold_a_tree_per_step(tiny_model, monkeypatch):
     """One forward per batch; each branch sees the prefix and itself, never another branch."""
-    import ocsd.scoring as scoring
+    import ocsd.replay.scoring as scoring
 
     calls = []
     decoder = tiny_model.get_decoder()
@@ -92,7 +92,7 @@ def test_packed_rows_hold_a_tree_per_step(tiny_model, monkeypatch):
 
 def test_packed_without_a_plain_output_head(tiny_model, monkeypatch):
     """Models whose logits are not lm_head(hidden) (soft-capped, scaled) go through the full forward."""
-    import ocsd.scoring as scoring
+    import ocsd.replay.scoring as scoring
 
     monkeypatch.setattr(scoring, "_head_parts", lambda model: None)
     items = random_items(np.random.default_rng(11), 6)
@@ -102,7 +102,7 @@ def test_packed_without_a_plain_output_head(tiny_model, monkeypatch):
 
 
 def test_soft_capped_models_have_no_head_parts(tiny_model):
-    from ocsd.scoring import _head_parts
+    from ocsd.replay.scoring import _head_parts
 
     capped = copy.deepcopy(tiny_model)
     capped.config.final_logit_softcapping = 30.0
@@ -368,7 +368,7 @@ def test_score_with_vllm_needs_vllm():
 
 @pytest.mark.slow
 def test_smollm2_matches_reference():
-    from ocsd.models import ModelNotFoundError, load_model
+    from ocsd.replay.models import ModelNotFoundError, load_model
 
     try:
         model = load_model("smollm2")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ocsd.schemas import (
+from ocsd.replay.schemas import (
     ALFWORLD_RECEPTACLES, FALLBACK_SCHEMA, action_family, action_schema, canonical_env,
 )
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ocsd.prompts import PromptRenderer, interaction_text
-from ocsd.views import (
+from ocsd.replay.prompts import PromptRenderer, interaction_text
+from ocsd.replay.views import (
     ABLATED_OBSERVATION, VIEWS, MissingEvidence, PromptTooLong, StepRecord, TemplateView, ViewError, evidence_pieces,
     load_view, render_steps, render_views, step_records,
 )
@@ -40,7 +40,7 @@ def _user_text(rendered_view, renderer):
 # ------------------------------------------------------------------------------------ paper layout
 
 def test_full_and_ablated_match_paper_tables(shared_dir, smollm2_renderer):
-    from tests.ocsd.test_prompts import latex_table_text
+    from tests.ocsd.replay.test_prompts import latex_table_text
 
     paper = (shared_dir / "paper" / "000_10c8ee70fc8ce85b.txt").read_text()
     step = _steps()[2]
@@ -284,7 +284,7 @@ def test_render_steps_equals_render_views_step_by_step(smollm2_renderer):
 
 
 def test_render_segments_many_equals_one_at_a_time(smollm2_renderer):
-    from ocsd.prompts import SegmentationError
+    from ocsd.replay.prompts import SegmentationError
 
     pieces = [[("prompt", "Hello there.\n\n"), ("observation", "Observation: a b c")], [("prompt", "x")], []]
     many = smollm2_renderer.render_segments_many(pieces)
@@ -297,7 +297,7 @@ def test_render_segments_many_equals_one_at_a_time(smollm2_renderer):
 # ------------------------------------------------------------------------------------- view API
 
 CUSTOM = textwrap.dedent('''
-    from ocsd.views import TemplateView, evidence_pieces
+    from ocsd.replay.views import TemplateView, evidence_pieces
 
     class FirstObsOnly(TemplateView):
         """One observation, no header."""

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from ocsd.methods import METHODS, MethodSpec, TokenInputs, auxiliary_loss_matrix, get_method, register_method, \
+from ocsd.algorithm.methods import METHODS, MethodSpec, TokenInputs, auxiliary_loss_matrix, get_method, register_method, \
     token_advantages
 
 NAMES = ["grpo", "ocsd", "ocsd_no_ablated", "ocsd_random_select", "ocsd_all_steps", "ocsd_no_sign", "opsd",

@@ -43,7 +43,7 @@ token or right after a newline, so the result equals the tokenisation of the who
 (:meth:`PromptRenderer.canonical_ids`) for byte-level BPE tokenizers (GPT-2, Llama-3 and Qwen2
 pre-tokenisers; checked in the tests). :meth:`PromptRenderer.render_segments` extends this to any
 list of text segments, which is what makes replay views provably structure-matched (see
-:mod:`ocsd.views`).
+:mod:`ocsd.replay.views`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ocsd.schemas import action_family, canonical_env
+from ocsd.replay.schemas import action_family, canonical_env
 
 __all__ = [
     "DEFAULT_HISTORY_LENGTH",
@@ -195,7 +195,7 @@ def interaction_text(
     Parameters
     ----------
     env : str
-        ``alfworld``, ``webshop`` or ``searchqa`` (aliases as in :func:`ocsd.schemas.canonical_env`).
+        ``alfworld``, ``webshop`` or ``searchqa`` (aliases as in :func:`ocsd.replay.schemas.canonical_env`).
     task : str
         Task description (``{task_description}``).
     step_idx : int
@@ -260,7 +260,7 @@ class ParsedOutput:
         Exactly one ``<reason>...</reason>`` block, followed by exactly one non-empty action block
         (Search-QA: exactly one ``<search>`` or ``<answer>`` block, not both), with no unmatched tag.
     kind : str
-        The action's family (:func:`ocsd.schemas.action_family`), ``"other"`` for an action outside
+        The action's family (:func:`ocsd.replay.schemas.action_family`), ``"other"`` for an action outside
         the grammar, ``"invalid"`` when no action was found.
     problem : str
         Why the output is not well formed ("" when it is).

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from ocsd import models
-from ocsd.models import (
+from ocsd.replay import models
+from ocsd.replay.models import (
     ModelNotFoundError,
     load_model,
     load_tokenizer,

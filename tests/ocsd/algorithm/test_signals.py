@@ -1,4 +1,4 @@
-"""ocsd.signals against direct formulas and brute-force loops on fresh random inputs."""
+"""ocsd.algorithm.signals against direct formulas and brute-force loops on fresh random inputs."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from ocsd.signals import calibration_signal, num_selected, observation_residual, select_steps, step_nll
+from ocsd.algorithm.signals import calibration_signal, num_selected, observation_residual, select_steps, step_nll
 
 
 @pytest.fixture

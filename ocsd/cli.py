@@ -1,0 +1,115 @@
+"""Command-line conventions shared by every ``python -m`` command of the suite.
+
+- Bad input (a flag, a file, a field) is one line ``error: ...`` on stderr and exit status 2,
+  raised as :class:`UsageError` or one of the error classes a command passes to :func:`run_main`.
+- ``--json`` prints exactly one JSON object on stdout (:func:`emit`); warnings and progress go to
+  stderr. :func:`jsonable` is the one conversion to plain JSON types (also used for ``meta.json``).
+- Tables are plain text with aligned columns (:func:`format_table`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = ["UsageError", "SkipCommand", "positive_int", "jsonable", "fmt", "format_table", "emit", "run_main"]
+
+
+class UsageError(ValueError):
+    """A command-line flag or input is wrong; the message names it. Exit status 2."""
+
+
+class SkipCommand(Exception):
+    """The inputs exist but cannot support the output; the message says what is missing. Exit status 1."""
+
+
+def positive_int(flag: str) -> Callable[[str], int]:
+    """An ``argparse`` type: an integer >= 1, the error naming ``flag``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be >= 1, got {value}")
+        return value
+
+    return parse
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` in plain JSON types: numpy scalars and arrays become Python numbers and lists, paths
+    strings, and non-finite floats ``None``."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A number for a table: fixed digits, ``nan`` for missing."""
+    if value is None:
+        return "nan"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    value = float(value)
+    return "nan" if not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence], *, title: str | None = None) -> str:
+    """Plain-text table with aligned columns (first column left, others right)."""
+    cells = [[str(h) for h in headers]] + [[c if isinstance(c, str) else fmt(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(row):
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+
+    out = [title] if title else []
+    out += [line(cells[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in cells[1:]]
+    return "\n".join(out)
+
+
+def emit(as_json: bool, result: dict, table: str) -> None:
+    """Print ``result`` as one JSON object (``as_json``) or ``table``."""
+    if as_json:
+        sys.stdout.write(json.dumps(jsonable(result), allow_nan=False) + "\n")
+    else:
+        sys.stdout.write(table.rstrip("\n") + "\n")
+    sys.stdout.flush()
+
+
+def run_main(body: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None, *,
+             errors: tuple[type[BaseException], ...] = (), prog: str | None = None) -> int:
+    """Run a command body: :class:`UsageError`, the record errors, missing files and ``errors`` exit 2
+    with ``error: ...``; :class:`SkipCommand` exits 1 with ``<prog>: skipped: ...``."""
+    from ocsd.records import RecordError
+
+    warnings.simplefilter("default")
+    try:
+        return body(argv)
+    except SkipCommand as exc:
+        sys.stderr.write(f"{prog + ': ' if prog else ''}skipped: {exc}\n")
+        return 1
+    except (UsageError, RecordError, FileNotFoundError, NotADirectoryError, *errors) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
