@@ -57,6 +57,9 @@ STEP_COLUMNS: dict[str, pa.DataType] = {
 }
 """Required columns of ``steps.parquet`` and their Arrow types."""
 
+RECORDED_VIEWS = ("student", "full", "ablated")
+"""Views whose log-probs every scored step records (``logp_<view>`` columns); extra views add columns."""
+
 TOKEN_COLUMNS: dict[str, pa.DataType] = {
     "global_step": pa.int64(),
     "traj_uid": pa.string(),
@@ -64,9 +67,7 @@ TOKEN_COLUMNS: dict[str, pa.DataType] = {
     "token_idx": pa.int32(),
     "token_id": pa.int64(),
     "token": pa.string(),
-    "logp_student": pa.float32(),
-    "logp_full": pa.float32(),
-    "logp_ablated": pa.float32(),
+    **{f"logp_{view}": pa.float32() for view in RECORDED_VIEWS},
 }
 """Required columns of ``tokens.parquet`` and their Arrow types. Extra views add ``logp_<view>``."""
 
