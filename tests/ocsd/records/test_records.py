@@ -118,12 +118,12 @@ def test_run_folder_skips_incomplete_with_warning(tmp_path):
 
 def test_rewrite_marks_checkpoint_incomplete_until_done(ckpt, monkeypatch):
     steps, tokens = make_tables(np.random.default_rng(5))
-    import ocsd.records as records
+    from ocsd.records import checkpoint
 
     def crash(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(records, "_atomic_write_bytes", crash)
+    monkeypatch.setattr(checkpoint, "atomic_write_bytes", crash)
     with pytest.raises(KeyboardInterrupt):
         write_replay(ckpt, steps, tokens, meta())
     assert not (ckpt / "meta.json").exists()  # readers refuse the half-rewritten checkpoint
@@ -220,3 +220,34 @@ def test_cli_validate(ckpt, tmp_path):
     bad = _corrupt(ckpt, tmp_path, "cli", CORRUPTIONS["missing_column"][0])
     out = subprocess.run(cmd + [str(bad)], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 1 and "missing column 'nll'" in out.stdout and "Traceback" not in out.stderr
+
+
+def test_cli_main_in_process(ckpt, tmp_path, capsys):
+    from ocsd.records.__main__ import main
+
+    assert main(["validate", str(ckpt.parent)]) == 0
+    assert capsys.readouterr().out == "ok\n"
+    assert main(["validate", str(tmp_path / "nope")]) == 1
+    assert capsys.readouterr().out == f"{tmp_path / 'nope'}: no such file or folder\n"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check", str(ckpt)])
+    assert exit_info.value.code == 2
+
+
+def test_public_names_come_from_their_modules():
+    import ocsd.records
+    from ocsd.records import checkpoint, run, schema, validation
+
+    homes = {name: module for module in (schema, validation, checkpoint, run) for name in module.__all__}
+    for name in ocsd.records.__all__:
+        assert getattr(ocsd.records, name) is getattr(homes[name], name), name
+    assert ocsd.records.TOKEN_COLUMNS.keys() >= {f"logp_{v}" for v in ocsd.records.RECORDED_VIEWS}
+
+
+def test_meta_json_converts_numpy_paths_and_non_finite_numbers(tmp_path):
+    steps, tokens = make_tables(np.random.default_rng(0))
+    extra = {"path": Path("a/b"), "n": np.int64(3), "flag": np.bool_(True), "lr": np.float32(0.5),
+             "nan": float("nan"), "inf": np.float64("inf"), "pair": (1, np.float32(2.5))}
+    folder = write_replay(tmp_path / "replay", steps, tokens, meta(extra=extra))
+    written = json.loads((folder / "meta.json").read_text())["extra"]
+    assert written == {"path": "a/b", "n": 3, "flag": True, "lr": 0.5, "nan": None, "inf": None, "pair": [1, 2.5]}

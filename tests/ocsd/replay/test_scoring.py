@@ -67,7 +67,7 @@ def test_packed_is_the_cuda_default_and_uses_the_output_head(tiny_model):
 
 def test_packed_rows_hold_a_tree_per_step(tiny_model, monkeypatch):
     """One forward per batch; each branch sees the prefix and itself, never another branch."""
-    import ocsd.replay.scoring as scoring
+    from ocsd.replay.scoring.planning import WIDTH_MULTIPLE
 
     calls = []
     decoder = tiny_model.get_decoder()
@@ -85,16 +85,16 @@ def test_packed_rows_hold_a_tree_per_step(tiny_model, monkeypatch):
     pos, mask = calls[0]["position_ids"][0].tolist(), calls[0]["attention_mask"][0, 0]
     # [P P P | a a r0 | b r0 | pad ...]: branch positions restart after the prefix
     assert pos[:8] == [0, 1, 2, 3, 4, 5, 3, 4]
-    assert calls[0]["input_ids"].shape[1] % scoring._WIDTH_MULTIPLE == 0
+    assert calls[0]["input_ids"].shape[1] % WIDTH_MULTIPLE == 0
     assert mask[6, :3].all() and not mask[6, 3:6].any() and mask[6, 6]  # b's first token: prefix + itself
     assert mask[5, :6].all() and not mask[5, 6:].any()  # a's last token: prefix and branch a
 
 
 def test_packed_without_a_plain_output_head(tiny_model, monkeypatch):
     """Models whose logits are not lm_head(hidden) (soft-capped, scaled) go through the full forward."""
-    import ocsd.replay.scoring as scoring
+    from ocsd.replay.scoring import scorer as scorer_module
 
-    monkeypatch.setattr(scoring, "_head_parts", lambda model: None)
+    monkeypatch.setattr(scorer_module, "head_parts", lambda model: None)
     items = random_items(np.random.default_rng(11), 6)
     scorer = ReplayScorer(tiny_model, progress=False, min_prefix=1, packed=True)
     assert scorer._parts is None
@@ -102,11 +102,11 @@ def test_packed_without_a_plain_output_head(tiny_model, monkeypatch):
 
 
 def test_soft_capped_models_have_no_head_parts(tiny_model):
-    from ocsd.replay.scoring import _head_parts
+    from ocsd.replay.scoring.checks import head_parts
 
     capped = copy.deepcopy(tiny_model)
     capped.config.final_logit_softcapping = 30.0
-    assert _head_parts(tiny_model) is not None and _head_parts(capped) is None
+    assert head_parts(tiny_model) is not None and head_parts(capped) is None
 
 
 def test_lora_wrapped_model_matches_reference(tiny_model):
@@ -179,6 +179,37 @@ def test_half_precision_close_to_half_precision_reference(tiny_model, dtype):
     # bf16 keeps ~3 significant digits (fp16 ~4); batching and the split prefix/continuation pass change the
     # rounding order, so agreement is to a few hundredths of a nat (see the README's GPU numbers).
     assert max_err(model, items, res) < 0.1
+
+
+def test_public_names_come_from_their_modules():
+    import ocsd.replay.scoring as scoring
+    from ocsd.replay.scoring import planning, reference, scorer, vllm_engine
+
+    homes = {name: module for module in (planning, reference, scorer, vllm_engine) for name in module.__all__}
+    for name in scoring.__all__:
+        assert getattr(scoring, name) is getattr(homes[name], name), name
+
+
+def test_planning_shares_prefixes_and_batches_every_entry_once():
+    from ocsd.replay.scoring.planning import cache_batches, packed_batches, packed_length, padded_width, plan_entries
+
+    items = random_items(np.random.default_rng(13), 30)
+    items[0] = ScoreItem(items[0].contexts, items[0].response_ids, given={"v0": np.zeros(len(items[0].response_ids))})
+    entries = plan_entries(items, share_prefix=True, min_prefix=1)
+    for entry in entries:
+        for row in entry.rows:
+            assert entry.prefix + row.suffix == list(items[row.item].contexts[row.view]) and row.suffix
+            assert row.response == list(items[row.item].response_ids)
+    planned = sorted((r.item, r.view) for e in entries for r in e.rows)
+    assert planned == sorted((i, v) for i, it in enumerate(items) for v in it.contexts if not (it.given and v in it.given))
+    for budget in (1, 300, 5000):
+        cache = cache_batches(entries, budget)
+        assert sorted(id(e) for b in cache for e in b) == sorted(map(id, entries))
+        assert all(len({bool(e.prefix) for e in batch}) == 1 for batch in cache)
+        packed = packed_batches(entries, budget)
+        assert sorted(id(e) for b in packed for e in b) == sorted(map(id, entries))
+        for batch in packed:
+            assert len(batch) == 1 or len(batch) * padded_width(max(map(packed_length, batch))) <= budget
 
 
 # ---------------------------------------------------------------------------- bad input

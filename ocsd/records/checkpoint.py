@@ -1,0 +1,296 @@
+"""Checkpoints of the replay-score format: writing one, listing a run's, reading and pooling them.
+
+Writes are atomic (temporary name, then :func:`os.replace`), and ``meta.json`` is written only after
+both parquet files are complete, so a reader never accepts a half-written checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ocsd.cli import jsonable
+from ocsd.records.schema import (
+    META_FILE,
+    META_KEYS,
+    NULLABLE_STEP_COLUMNS,
+    SCHEMA_VERSION,
+    STEP_COLUMNS,
+    STEP_KEY,
+    STEPS_FILE,
+    TOKEN_COLUMNS,
+    TOKENS_FILE,
+    IncompleteCheckpointError,
+    RecordError,
+    is_checkpoint,
+    replay_folder,
+)
+from ocsd.records.validation import check_tables, checked_tables, null_problems
+
+__all__ = [
+    "ReplayData",
+    "atomic_write_bytes",
+    "atomic_write_parquet",
+    "checkpoint_dirs",
+    "checkpoint_folders",
+    "read_checkpoint",
+    "read_replay",
+    "write_replay",
+]
+
+_CHECKPOINT_NAME = re.compile(r"^global_step_(\d+)$")
+
+
+@dataclass
+class ReplayData:
+    """Replay scores of one or more checkpoints, pooled.
+
+    Attributes
+    ----------
+    steps : pandas.DataFrame
+        Rows of every ``steps.parquet`` read, in checkpoint order.
+    tokens : pandas.DataFrame
+        Rows of every ``tokens.parquet`` read, in checkpoint order.
+    metas : list of dict
+        The ``meta.json`` of each checkpoint read, in the same order.
+    folders : list of pathlib.Path
+        The ``replay/`` folders read.
+    """
+
+    steps: pd.DataFrame
+    tokens: pd.DataFrame
+    metas: list[dict] = field(default_factory=list)
+    folders: list[Path] = field(default_factory=list)
+
+    @property
+    def global_steps(self) -> list[int]:
+        """Training steps of the checkpoints read, in order."""
+        return [int(m["global_step"]) for m in self.metas]
+
+
+def _check_frame(frame: pd.DataFrame, required: dict[str, pa.DataType], what: str) -> None:
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise RecordError(f"{what}: missing column(s) {missing}")
+
+
+def _to_table(frame: pd.DataFrame, required: dict[str, pa.DataType], what: str) -> pa.Table:
+    """Convert a frame to Arrow with the contract's types; extra ``logp_*`` columns become float32."""
+    _check_frame(frame, required, what)
+    fields = [pa.field(name, dtype, nullable=True) for name, dtype in required.items()]
+    for name in frame.columns:
+        if name not in required:
+            dtype = pa.float32() if name.startswith("logp_") else None
+            fields.append(pa.field(name, dtype) if dtype else pa.field(name, pa.infer_type(frame[name].tolist())))
+    arrays = []
+    for f in fields:
+        values = frame[f.name]
+        if pa.types.is_string(f.type):
+            values = values.astype(object).where(values.notna(), None)
+        try:
+            arrays.append(pa.array(values.tolist() if pa.types.is_string(f.type) else values.to_numpy(),
+                                   type=f.type, from_pandas=True))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            raise RecordError(f"{what}: column '{f.name}' cannot be stored as {f.type} ({exc})") from exc
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` under a temporary name, synced, then :func:`os.replace` it."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_parquet(table: pa.Table, path: Path) -> None:
+    """Write ``table`` to ``path`` (zstd) under a temporary name, then :func:`os.replace` it."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+def write_replay(folder: str | os.PathLike, steps: pd.DataFrame, tokens: pd.DataFrame, meta: dict) -> Path:
+    """Write one checkpoint's replay scores atomically, ``meta.json`` last.
+
+    Parameters
+    ----------
+    folder : path
+        The ``replay/`` folder to write (created if needed). If it already holds a checkpoint, its
+        ``meta.json`` is removed first, so the folder reads as incomplete until the rewrite ends.
+    steps : pandas.DataFrame
+        One row per interaction step, with every column of :data:`STEP_COLUMNS`.
+    tokens : pandas.DataFrame
+        One row per generated token of a scored step, with every column of :data:`TOKEN_COLUMNS`
+        (extra views as ``logp_<view>`` columns).
+    meta : dict
+        At least the keys of :data:`META_KEYS` except ``schema_version``, which is set here.
+
+    Returns
+    -------
+    pathlib.Path
+        The folder written.
+
+    Raises
+    ------
+    RecordError
+        If the tables or meta do not follow the format; nothing is written then.
+    """
+    folder = Path(folder)
+    meta = {"schema_version": SCHEMA_VERSION, **meta}
+    missing = [k for k in META_KEYS if k not in meta]
+    if missing:
+        raise RecordError(f"{folder / META_FILE}: missing key(s) {missing}")
+    steps_table = _to_table(steps, STEP_COLUMNS, str(folder / STEPS_FILE))
+    tokens_table = _to_table(tokens, TOKEN_COLUMNS, str(folder / TOKENS_FILE))
+    problems = check_tables(steps_table.to_pandas(), tokens_table.to_pandas(), folder / STEPS_FILE,
+                            folder / TOKENS_FILE, meta, folder / META_FILE)
+    problems += null_problems(steps_table, STEP_COLUMNS, NULLABLE_STEP_COLUMNS, folder / STEPS_FILE)
+    problems += null_problems(tokens_table, TOKEN_COLUMNS, frozenset(), folder / TOKENS_FILE)
+    if problems:
+        raise RecordError("refusing to write an invalid checkpoint:\n  " + "\n  ".join(problems))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / META_FILE).unlink(missing_ok=True)
+    atomic_write_parquet(steps_table, folder / STEPS_FILE)
+    atomic_write_parquet(tokens_table, folder / TOKENS_FILE)
+    atomic_write_bytes(folder / META_FILE, (json.dumps(jsonable(meta), indent=2) + "\n").encode())
+    return folder
+
+
+def checkpoint_dirs(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Every ``global_step_<N>`` folder of a run, complete or not, as ``(N, folder)`` sorted by N."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), child) for child in run_dir.iterdir()
+             if (m := _CHECKPOINT_NAME.match(child.name)) and child.is_dir()]
+    return sorted(found)
+
+
+def checkpoint_folders(run_dir: str | os.PathLike, *, warn: bool = True) -> list[Path]:
+    """Complete ``global_step_<N>`` folders of a run, sorted by N; incomplete ones are skipped.
+
+    Parameters
+    ----------
+    run_dir : path
+        A run folder.
+    warn : bool, default True
+        Warn once per skipped incomplete checkpoint.
+    """
+    complete = []
+    for _, child in checkpoint_dirs(run_dir):
+        if (child / "replay" / META_FILE).exists():
+            complete.append(child)
+        elif warn:
+            warnings.warn(f"skipping incomplete checkpoint {child} (no replay/{META_FILE})", stacklevel=2)
+    return complete
+
+
+def _resolve(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    folders: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise RecordError(f"{path}: no such file or folder")
+        if is_checkpoint(path):
+            folder = replay_folder(path)
+            if not (folder / META_FILE).exists():
+                raise IncompleteCheckpointError(f"{folder}: incomplete checkpoint, {META_FILE} is missing")
+            folders.append(folder)
+        elif path.is_dir():
+            ckpts = checkpoint_folders(path)
+            if not ckpts:
+                raise RecordError(f"{path}: neither a checkpoint (global_step_<N>/replay/) nor a run folder "
+                                  f"with complete checkpoints")
+            folders.extend(c / "replay" for c in ckpts)
+        else:
+            raise RecordError(f"{path}: expected a checkpoint or run folder")
+    return folders
+
+
+def read_checkpoint(folder: str | os.PathLike, *, token_columns: Sequence[str] | None = None,
+                    validate: bool = True) -> ReplayData:
+    """Read one checkpoint's replay scores.
+
+    Parameters
+    ----------
+    folder : path
+        A ``global_step_<N>`` folder or its ``replay/`` folder.
+    token_columns : sequence of str, optional
+        Read only these token columns (plus the step key) to save memory.
+    validate : bool, default True
+        Run :func:`validate_replay` first and raise on any problem.
+
+    Raises
+    ------
+    IncompleteCheckpointError
+        If ``meta.json`` is missing.
+    RecordError
+        If the checkpoint does not follow the format; the message lists every problem.
+    """
+    folder = replay_folder(Path(folder))
+    if not (folder / META_FILE).exists():
+        raise IncompleteCheckpointError(f"{folder}: incomplete checkpoint, {META_FILE} is missing")
+    if validate:
+        problems, meta, tables = checked_tables(folder)
+        if problems:
+            raise RecordError(f"{folder}: invalid replay scores:\n  " + "\n  ".join(problems))
+        steps, tokens = tables[STEPS_FILE], tables[TOKENS_FILE]
+    else:
+        meta = json.loads((folder / META_FILE).read_text())
+        steps = pq.read_table(folder / STEPS_FILE).to_pandas()
+        tokens = pq.read_table(folder / TOKENS_FILE).to_pandas()
+    if token_columns is not None:
+        tokens = tokens[list(dict.fromkeys([*STEP_KEY, *token_columns]))]
+    return ReplayData(steps=steps, tokens=tokens, metas=[meta], folders=[folder])
+
+
+def read_replay(paths: str | os.PathLike | Sequence[str | os.PathLike], *, steps: str = "all",
+                token_columns: Sequence[str] | None = None, validate: bool = True) -> ReplayData:
+    """Read and pool the replay scores of checkpoints.
+
+    Parameters
+    ----------
+    paths : path or sequence of paths
+        Checkpoint folders (``global_step_<N>`` or their ``replay/``) and/or run folders; a run folder
+        contributes all its complete checkpoints, and incomplete ones are skipped with a warning.
+    steps : {"all", "selected"}, default "all"
+        With ``"selected"``, keep only selected steps in both tables.
+    token_columns : sequence of str, optional
+        Read only these token columns (plus the step key).
+    validate : bool, default True
+        Validate each checkpoint before reading it.
+
+    Returns
+    -------
+    ReplayData
+    """
+    if steps not in ("all", "selected"):
+        raise ValueError(f"steps must be 'all' or 'selected', got {steps!r}")
+    parts = [read_checkpoint(f, token_columns=token_columns, validate=validate) for f in _resolve(paths)]
+    step_frames = [p.steps for p in parts]
+    token_frames = [p.tokens for p in parts]
+    data = ReplayData(
+        steps=pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame(columns=list(STEP_COLUMNS)),
+        tokens=pd.concat(token_frames, ignore_index=True) if token_frames else pd.DataFrame(columns=list(TOKEN_COLUMNS)),
+        metas=[m for p in parts for m in p.metas],
+        folders=[f for p in parts for f in p.folders],
+    )
+    if steps == "selected":
+        data.steps = data.steps[data.steps["selected"].to_numpy(bool)].reset_index(drop=True)
+        keys = data.steps.loc[:, list(STEP_KEY)]
+        data.tokens = data.tokens.merge(keys, on=list(STEP_KEY), how="inner")
+    return data

@@ -1,0 +1,139 @@
+"""The run folder of the replay-score format: ``run.json`` (written once), ``metrics.jsonl`` (one row per
+training step) and its ``global_step_<N>`` checkpoints, written with :class:`RunWriter` and checked as a
+whole with :func:`validate_path`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+from ocsd.cli import jsonable
+from ocsd.records.checkpoint import atomic_write_bytes, checkpoint_dirs
+from ocsd.records.schema import METRICS_FILE, RUN_FILE, SCHEMA_VERSION, RecordError, is_checkpoint
+from ocsd.records.validation import validate_replay
+
+__all__ = ["RunWriter", "read_metrics", "read_run_info", "validate_path"]
+
+
+class RunWriter:
+    """Writes a run folder: ``run.json`` once, ``metrics.jsonl`` per step, checkpoints.
+
+    Parameters
+    ----------
+    run_dir : path
+        The run folder (created if needed).
+    """
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+
+    def write_run_json(self, info: dict) -> Path:
+        """Write ``run.json`` (run name, method, env, model, seed, full config); adds ``schema_version``."""
+        path = self.run_dir / RUN_FILE
+        atomic_write_bytes(path, (json.dumps(jsonable({"schema_version": SCHEMA_VERSION, **info}), indent=2)
+                                  + "\n").encode())
+        return path
+
+    def append_metrics(self, row: dict) -> None:
+        """Append one JSON object to ``metrics.jsonl``; it must have a ``step`` key."""
+        if "step" not in row:
+            raise RecordError(f"{self.run_dir / METRICS_FILE}: a metrics row needs a 'step' key")
+        with open(self.run_dir / METRICS_FILE, "a") as fh:
+            fh.write(json.dumps(jsonable(row)) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def truncate_metrics(self, last_step: int) -> None:
+        """Drop metrics rows with ``step > last_step`` (used when resuming from a checkpoint)."""
+        path = self.run_dir / METRICS_FILE
+        if not path.exists():
+            return
+        kept = [row for row in read_metrics(self.run_dir) if int(row["step"]) <= last_step]
+        atomic_write_bytes(path, "".join(json.dumps(r) + "\n" for r in kept).encode())
+
+    def checkpoint_dir(self, step: int) -> Path:
+        """The ``global_step_<step>`` folder (not created)."""
+        return self.run_dir / f"global_step_{int(step)}"
+
+    def replay_dir(self, step: int) -> Path:
+        """The ``global_step_<step>/replay`` folder (not created)."""
+        return self.checkpoint_dir(step) / "replay"
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
+    """Rows of a run's ``metrics.jsonl``; a torn last line (crash mid-write) is ignored.
+
+    Raises
+    ------
+    RecordError
+        If a line other than the last is not a JSON object with a ``step`` key.
+    """
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                warnings.warn(f"{path}: ignoring a torn last line", stacklevel=2)
+                break
+            raise RecordError(f"{path}: line {number} is not valid JSON ({exc})") from exc
+        if not isinstance(row, dict) or "step" not in row:
+            raise RecordError(f"{path}: line {number} is not a JSON object with a 'step' key")
+        rows.append(row)
+    return rows
+
+
+def read_run_info(run_dir: str | os.PathLike) -> dict:
+    """The run's ``run.json``.
+
+    Raises
+    ------
+    RecordError
+        If it is missing, not JSON, or of an unknown ``schema_version``.
+    """
+    path = Path(run_dir) / RUN_FILE
+    if not path.exists():
+        raise RecordError(f"{path}: file is missing")
+    try:
+        info = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{path}: not valid JSON ({exc})") from exc
+    if info.get("schema_version") != SCHEMA_VERSION:
+        raise RecordError(f"{path}: unknown schema_version {info.get('schema_version')!r}")
+    return info
+
+
+def validate_path(path: str | os.PathLike) -> list[str]:
+    """Validate a checkpoint, its ``replay/`` folder, or a whole run folder.
+
+    For a run folder, ``run.json`` and ``metrics.jsonl`` are checked too and every
+    ``global_step_<N>`` folder is validated (an incomplete one is reported).
+    """
+    path = Path(path)
+    if not path.exists():
+        return [f"{path}: no such file or folder"]
+    if is_checkpoint(path):
+        return validate_replay(path)
+    ckpts = checkpoint_dirs(path)
+    if not ckpts:
+        return [f"{path}: neither a checkpoint (global_step_<N>/replay/) nor a run folder"]
+    problems = []
+    for loader in (read_run_info, read_metrics):
+        try:
+            with warnings.catch_warnings(record=True):
+                loader(path)
+        except RecordError as exc:
+            problems.append(str(exc))
+    for _, ckpt in ckpts:
+        problems += validate_replay(ckpt)
+    return problems
