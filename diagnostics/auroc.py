@@ -19,10 +19,11 @@ from typing import Sequence
 
 import numpy as np
 
-from diagnostics import _cli
 from diagnostics.bootstrap import bootstrap_auroc
 from diagnostics.load import SIGNALS, DiagData
+from diagnostics.options import command_parser, load_args
 from diagnostics.stats import DegenerateInputWarning
+from ocsd.cli import emit, format_table, run_main
 
 __all__ = ["feedback_auroc", "main"]
 
@@ -68,20 +69,20 @@ def table(result: dict, ci: float = 0.95) -> str:
     rows = [[label[k], v["auroc"], v["ci_low"], v["ci_high"]] for k, v in result["signals"].items()]
     title = (f"Feedback AUROC: {result['n_steps']} steps ({result['n_valid']} valid, {result['n_invalid']} "
              f"invalid) in {result['n_trajectories']} trajectories, {result['n_boot']} cluster resamples")
-    return _cli.format_table(["signal", "AUROC", f"{ci:.0%} low", f"{ci:.0%} high"], rows, title=title)
+    return format_table(["signal", "AUROC", f"{ci:.0%} low", f"{ci:.0%} high"], rows, title=title)
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = _cli.base_parser("diagnostics.auroc", __doc__.split("\n")[0]).parse_args(argv)
-    data = _cli.load_args(args)
+    args = command_parser("diagnostics.auroc", __doc__.split("\n")[0]).parse_args(argv)
+    data = load_args(args)
     result = feedback_auroc(data, n_boot=args.n_boot, ci=args.ci, seed=args.seed)
-    _cli.emit(args, result, table(result, args.ci))
+    emit(args.json, result, table(result, args.ci))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m diagnostics.auroc``."""
-    return _cli.run_main(_main, argv)
+    return run_main(_main, argv)
 
 
 if __name__ == "__main__":

@@ -25,12 +25,13 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from diagnostics import _cli
 from diagnostics.bootstrap import BootstrapResult, bootstrap_result, iter_cluster_counts
 from diagnostics.load import DiagData, DiagnosticsError
+from diagnostics.options import command_parser, load_args
 from diagnostics.roles import ROLES, Lexicon, get_lexicon
 from diagnostics.stats import DegenerateInputWarning
 from diagnostics.wordtable import word_table
+from ocsd.cli import emit, format_table, run_main
 
 __all__ = ["d_ratio", "checkpoint_mean", "dratio", "main"]
 
@@ -140,26 +141,26 @@ def dratio(data: DiagData, *, eps: float = 1e-6, n_boot: int = 1000, ci: float =
 def table(result: dict, ci: float = 0.95) -> str:
     """Plain-text rendering of :func:`dratio`'s result."""
     rows = [[k, v["mean"], v["ci_low"], v["ci_high"], v["n_words"]] for k, v in result["categories"].items()]
-    return _cli.format_table(["role", "mean D", f"{ci:.0%} low", f"{ci:.0%} high", "words"], rows,
-                             title=f"Relative residual contribution D per role ({result['n_checkpoints']} checkpoints "
-                                   f"weighted equally, entity lexicon: {result['lexicon_source']})")
+    return format_table(["role", "mean D", f"{ci:.0%} low", f"{ci:.0%} high", "words"], rows,
+                        title=f"Relative residual contribution D per role ({result['n_checkpoints']} checkpoints "
+                              f"weighted equally, entity lexicon: {result['lexicon_source']})")
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = _cli.base_parser("diagnostics.dratio", __doc__.split("\n")[0])
+    parser = command_parser("diagnostics.dratio", __doc__.split("\n")[0])
     parser.add_argument("--eps", type=float, default=1e-6, help="stabiliser eps_D (default 1e-6)")
     args = parser.parse_args(argv)
     if args.eps <= 0:
         raise DiagnosticsError(f"--eps must be > 0, got {args.eps}")
-    data = _cli.load_args(args)
+    data = load_args(args)
     result = dratio(data, eps=args.eps, n_boot=args.n_boot, ci=args.ci, seed=args.seed)
-    _cli.emit(args, result, table(result, args.ci))
+    emit(args.json, result, table(result, args.ci))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m diagnostics.dratio``."""
-    return _cli.run_main(_main, argv)
+    return run_main(_main, argv)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ocsd.cli import UsageError
 from ocsd.records import RecordError, read_replay
 
 __all__ = ["SIGNALS", "STAGES", "DiagnosticsError", "DiagData", "load", "from_replay", "stage_of"]
@@ -32,8 +33,8 @@ STAGES = ("early", "middle", "late")
 _TOKEN_COLS = ("token", "logp_student", "logp_full", "logp_ablated")
 
 
-class DiagnosticsError(ValueError):
-    """The input cannot support the requested analysis (the message says why)."""
+class DiagnosticsError(UsageError):
+    """The input cannot support the requested analysis (the message says why); a command exits 2."""
 
 
 def stage_of(global_step, total_steps: int) -> np.ndarray:

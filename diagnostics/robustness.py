@@ -38,11 +38,12 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from diagnostics import _cli
 from diagnostics.bootstrap import (BootstrapResult, bootstrap_result, as_generator, iter_cluster_counts,
                                    paired_delta_auroc)
 from diagnostics.load import STAGES, DiagData
+from diagnostics.options import command_parser, load_args
 from diagnostics.stats import DegenerateInputWarning, grouped_auroc
+from ocsd.cli import emit, format_table, run_main
 
 __all__ = ["standardize_within", "matched_keep", "matched_auroc", "matched_delta", "robustness", "main"]
 
@@ -245,24 +246,24 @@ def robustness(data: DiagData, *, n_boot: int = 1000, ci: float = 0.95, seed=0, 
 def table(result: dict, ci: float = 0.95) -> str:
     """Plain-text rendering of :func:`robustness`'s result."""
     rows = [[k, v["delta"], v["ci_low"], v["ci_high"], v["n_steps"]] for k, v in result.items()]
-    return _cli.format_table(["setting", "dAUROC", f"{ci:.0%} low", f"{ci:.0%} high", "steps"], rows,
-                             title="Delta AUROC = AUROC(residual) - AUROC(full), paired cluster bootstrap")
+    return format_table(["setting", "dAUROC", f"{ci:.0%} low", f"{ci:.0%} high", "steps"], rows,
+                        title="Delta AUROC = AUROC(residual) - AUROC(full), paired cluster bootstrap")
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = _cli.base_parser("diagnostics.robustness", __doc__.split("\n")[0])
+    parser = command_parser("diagnostics.robustness", __doc__.split("\n")[0])
     parser.add_argument("--max-per-class", type=int, default=50, help="matched: cap per class and stratum (50)")
     args = parser.parse_args(argv)
-    data = _cli.load_args(args)
+    data = load_args(args)
     result = robustness(data, n_boot=args.n_boot, ci=args.ci, seed=args.seed, max_per_class=args.max_per_class,
                         progress=True)
-    _cli.emit(args, result, table(result, args.ci))
+    emit(args.json, result, table(result, args.ci))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m diagnostics.robustness``."""
-    return _cli.run_main(_main, argv)
+    return run_main(_main, argv)
 
 
 if __name__ == "__main__":

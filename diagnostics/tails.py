@@ -15,8 +15,8 @@ over the checkpoints where the type occurs with equal weight; ``count`` is its t
 occurrences. Display size = ``rate * log(1 + count)``. Only types with a letter or digit are ranked
 (punctuation-only words are left out of the clouds), and types rarer than ``min_count`` too.
 
-Outputs: one word-cloud PNG per tail (``wordcloud``'s ``generate_from_frequencies`` on the sizes)
-and ``tails_top_words.csv`` with the top words of every tail.
+Outputs: ``tails_top_words.csv`` with the top words of every tail and one word-cloud PNG per tail
+(its 100 largest sizes, drawn by :func:`figures.fig2_diagnosis.write_clouds`).
 
 Command::
 
@@ -33,12 +33,14 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from diagnostics import _cli
 from diagnostics.load import DiagData, DiagnosticsError
+from diagnostics.options import command_parser, load_args
 from diagnostics.roles import Lexicon
 from diagnostics.wordtable import word_table
+from ocsd.cli import emit, format_table, run_main
 
-__all__ = ["TAILS", "tail_rates", "tails", "write_clouds", "main"]
+__all__ = ["TAILS", "tail_hits", "tail_rates", "jaccard", "tails", "cloud_frequencies", "write_csv", "write_files",
+           "table", "main"]
 
 TAILS = {"full+": ("full", "upper"), "ablated+": ("ablated", "upper"), "residual+": ("residual", "upper"),
          "residual-": ("residual", "lower")}
@@ -148,27 +150,44 @@ def tails(data: DiagData, *, tail: float = 0.05, top: int = 30, min_count: int =
     return out, rates
 
 
-def write_clouds(rates: pd.DataFrame, out_dir, *, top: int = 100, seed: int = 0) -> dict:
-    """Write one word-cloud PNG per tail; returns tail -> path (tails without words are skipped)."""
-    import matplotlib
+def cloud_frequencies(rates: pd.DataFrame, *, top: int = 100) -> dict[str, dict[str, float]]:
+    """The words of each tail's cloud: tail -> {word: size} for its ``top`` largest positive sizes.
 
-    matplotlib.use("Agg")
-    from wordcloud import WordCloud
+    Parameters
+    ----------
+    rates : pandas.DataFrame
+        :func:`tail_rates`.
+    top : int, default 100
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {}
+    Returns
+    -------
+    dict
+        Tails without a word of positive size are left out.
+    """
+    out = {}
     for name in TAILS:
         t = rates[(rates["tail"] == name) & (rates["size"] > 0)].head(top)
-        if t.empty:
-            continue
-        cloud = WordCloud(width=800, height=400, background_color="white", prefer_horizontal=1.0,
-                          random_state=seed, collocations=False, regexp=None)
-        cloud.generate_from_frequencies(dict(zip(t["word"], t["size"].astype(float))))
-        path = out_dir / f"cloud_{name.replace('+', '_plus').replace('-', '_minus')}.png"
-        cloud.to_file(str(path))
-        paths[name] = str(path)
-    return paths
+        if not t.empty:
+            out[name] = dict(zip(t["word"], t["size"].astype(float)))
+    return out
+
+
+def write_files(rates: pd.DataFrame, out_dir, *, top: int = 30, seed: int = 0, clouds: bool = True) -> dict:
+    """Write ``tails_top_words.csv`` and, with ``clouds``, one word-cloud PNG per tail.
+
+    The clouds (:func:`cloud_frequencies`) are drawn by :func:`figures.fig2_diagnosis.write_clouds`.
+
+    Returns
+    -------
+    dict
+        ``{"csv": path, tail: png path, ...}`` (paths as str).
+    """
+    files = {"csv": str(write_csv(rates, out_dir, top=top))}
+    if clouds:
+        from figures.fig2_diagnosis import write_clouds
+
+        files.update(write_clouds(cloud_frequencies(rates), out_dir, seed=seed))
+    return files
 
 
 def write_csv(rates: pd.DataFrame, out_dir, *, top: int = 30) -> Path:
@@ -192,16 +211,16 @@ def table(result: dict, n: int = 15) -> str:
             items = result["top"][name]
             row.append(f"{items[i]['word']} ({items[i]['rate']:.2f}, {items[i]['count']})" if i < len(items) else "")
         rows.append(row)
-    text = _cli.format_table(["#", *names], rows, title=(
+    text = format_table(["#", *names], rows, title=(
         f"Top words by tail_rate*log(1+count), {result['n_words']} word occurrences in "
         f"{result['n_checkpoints']} checkpoints (entries: word (rate, count))"))
-    overlap = _cli.format_table(["top-set pair", "Jaccard"], [[k, v] for k, v in result["overlap"].items()],
-                                title=f"Overlap of the top-{result['top_k']} sets")
+    overlap = format_table(["top-set pair", "Jaccard"], [[k, v] for k, v in result["overlap"].items()],
+                           title=f"Overlap of the top-{result['top_k']} sets")
     return text + "\n\n" + overlap
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = _cli.base_parser("diagnostics.tails", __doc__.split("\n")[0], bootstrap=False)
+    parser = command_parser("diagnostics.tails", __doc__.split("\n")[0], bootstrap=False)
     parser.add_argument("--out", default="diagnostics_out", help="folder for the PNGs and CSV (diagnostics_out)")
     parser.add_argument("--top", type=int, default=30, help="top words per tail in the CSV/JSON and overlap (30)")
     parser.add_argument("--tail", type=float, default=0.05, help="tail fraction (0.05)")
@@ -211,19 +230,16 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.tail < 0.5:
         raise DiagnosticsError(f"--tail must be in (0, 0.5), got {args.tail}")
-    data = _cli.load_args(args)
+    data = load_args(args)
     result, rates = tails(data, tail=args.tail, top=args.top, min_count=args.min_count)
-    files = {"csv": str(write_csv(rates, args.out, top=args.top))}
-    if not args.no_clouds:
-        files.update(write_clouds(rates, args.out, seed=args.seed))
-    result["files"] = files
-    _cli.emit(args, result, table(result) + "\n\nwrote: " + ", ".join(files.values()))
+    result["files"] = files = write_files(rates, args.out, top=args.top, seed=args.seed, clouds=not args.no_clouds)
+    emit(args.json, result, table(result) + "\n\nwrote: " + ", ".join(files.values()))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m diagnostics.tails``."""
-    return _cli.run_main(_main, argv)
+    return run_main(_main, argv)
 
 
 if __name__ == "__main__":

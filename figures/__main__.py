@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from figures import fig2_diagnosis, fig4_dynamics, fig6_cost, tables
-from figures._common import FigureError, SkipFigure, check_run_dir, load_runs, run_main
+from figures._common import FigureError, SkipFigure, check_run_dir, load_runs
+from ocsd.cli import run_main
 
 __all__ = ["FIGURES", "build_all", "main"]
 
@@ -92,7 +93,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m figures``."""
-    return run_main("figures", _main, argv)
+    return run_main(_main, argv, prog="figures")
 
 
 if __name__ == "__main__":

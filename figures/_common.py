@@ -1,20 +1,21 @@
-"""Plumbing shared by the figure commands: run folders, labels, saving, exit codes.
+"""What the figure commands share: run folders, labels, their options and errors.
 
-Exit codes of every ``python -m figures...`` command: 0 built, 1 skipped (the inputs exist but
-cannot support the figure; the reason is printed), 2 bad input (a one-line ``error: ...``).
+Exit codes of every ``python -m figures...`` command (:func:`ocsd.cli.run_main`): 0 built, 1 skipped
+(:class:`SkipFigure`: the inputs exist but cannot support the figure; the reason is printed), 2 bad
+input (:class:`FigureError`, a one-line ``error: ...``).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
+
+from ocsd.cli import SkipCommand, UsageError
 
 __all__ = ["FigureError", "SkipFigure", "RunInfo", "METHOD_LABELS", "method_label", "check_run_dir", "load_runs",
-           "label_runs", "base_parser", "save_figure", "pyplot", "run_main", "number"]
+           "label_runs", "read_json_file", "figure_parser"]
 
 METHOD_LABELS = {
     "vanilla": "Vanilla", "grpo": "GRPO", "opsd": "OPSD", "grpo_opsd": "GRPO+OPSD", "rlsd": "RLSD",
@@ -25,12 +26,12 @@ METHOD_LABELS = {
 """Method name (``run.json`` ``method``) -> display label, in the paper's row order."""
 
 
-class FigureError(ValueError):
+class FigureError(UsageError):
     """Bad input to a figure command (missing folder, malformed file); exit status 2."""
 
 
-class SkipFigure(Exception):
-    """The inputs exist but do not hold what the figure needs; the message says what is missing."""
+class SkipFigure(SkipCommand):
+    """The inputs exist but do not hold what the figure needs; the message says what is missing. Exit status 1."""
 
 
 @dataclass(frozen=True)
@@ -65,15 +66,6 @@ class RunInfo:
 def method_label(method: str) -> str:
     """Display label of a method name (unknown names are shown as given)."""
     return METHOD_LABELS.get(method, method)
-
-
-def number(value) -> float:
-    """A float for drawing: None and non-numbers become nan."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return value
 
 
 def read_json_file(path, default_name: str, what: str) -> tuple[Path, object]:
@@ -143,7 +135,7 @@ def label_runs(runs: list[RunInfo], labels: Sequence[str] | None = None) -> list
     return [RunInfo(r.path, r.info, r.metrics, n) for r, n in zip(runs, names)]
 
 
-def base_parser(prog: str, description: str, *, runs: str = "+") -> argparse.ArgumentParser:
+def figure_parser(prog: str, description: str, *, runs: str = "+") -> argparse.ArgumentParser:
     """Parser with ``--run`` (repeatable), ``--out``, ``--pdf`` and ``--dpi``."""
     parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=description)
     parser.add_argument("--run", action="append", default=[], metavar="DIR",
@@ -153,39 +145,3 @@ def base_parser(prog: str, description: str, *, runs: str = "+") -> argparse.Arg
     parser.add_argument("--pdf", action="store_true", help="also write a PDF next to each PNG")
     parser.add_argument("--dpi", type=int, default=150, help="PNG resolution (default 150)")
     return parser
-
-
-def pyplot():
-    """``matplotlib.pyplot`` on the Agg backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_figure(fig, out_dir, name: str, *, pdf: bool = False, dpi: int = 150) -> list[Path]:
-    """Write ``<out_dir>/<name>.png`` (and ``.pdf``); closes nothing (the caller owns ``fig``)."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"{name}.png"]
-    fig.savefig(paths[0], dpi=dpi, bbox_inches="tight")
-    if pdf:
-        paths.append(out_dir / f"{name}.pdf")
-        fig.savefig(paths[1], bbox_inches="tight")
-    return paths
-
-
-def run_main(prog: str, body: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
-    """Run a command body: input errors exit 2 with ``error: ...``, skips exit 1 with ``skipped: ...``."""
-    from ocsd.records import RecordError
-
-    try:
-        return body(argv)
-    except SkipFigure as exc:
-        sys.stderr.write(f"{prog}: skipped: {exc}\n")
-        return 1
-    except (FigureError, RecordError, FileNotFoundError, NotADirectoryError) as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return 2

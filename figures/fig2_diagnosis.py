@@ -4,10 +4,13 @@ Panels: (a) word clouds of the Full+, Ablated+, Residual+ and Residual- tails; (
 residual contribution D per functional role; (c) AUROC of the step-averaged Ablated, Full and
 residual signals for valid vs invalid steps; (d) Delta AUROC (residual - full) under the raw,
 standard, matched, early, middle and late settings. Error bars are the diagnostics' trajectory-
-cluster bootstrap intervals. Every number comes from :mod:`diagnostics` (``auroc.feedback_auroc``,
-``dratio.dratio``, ``robustness.robustness``, ``tails.tails``), computed on the run's checkpoints or
-read from a ``diagnostics.report`` JSON (``--report``); the values drawn are also written to
-``fig2_diagnosis.json``.
+cluster bootstrap intervals. The figure draws the diagnosis report: the ``report.json`` of
+``python -m diagnostics.report`` (``--report``), or, given ``--run``, the same report built first
+by :func:`diagnostics.report.diagnose` on the run's checkpoints; the values drawn are also written
+to ``fig2_diagnosis.json``.
+
+The report's own PNGs are these panels one per file: :func:`write_panels` (``auroc.png``,
+``delta_auroc.png``, ``dratio.png``) and :func:`write_clouds` (``cloud_<tail>.png``).
 
 Command::
 
@@ -18,15 +21,18 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
-from figures._common import (FigureError, SkipFigure, base_parser, check_run_dir, number, pyplot, read_json_file,
-                             run_main, save_figure)
+from figures._common import FigureError, SkipFigure, check_run_dir, figure_parser, read_json_file
+from figures.drawing import bar_chart, number, pyplot, save_figure, word_cloud
+from ocsd.cli import jsonable, run_main
 
-__all__ = ["compute", "read_report", "draw", "build", "main"]
+__all__ = ["diagnose_run", "read_report", "BarPanel", "bar_panels", "draw", "write_panels", "write_clouds", "build",
+           "main"]
 
 NAME = "fig2_diagnosis"
 PANELS = ("clouds", "dratio", "auroc", "delta")
@@ -35,12 +41,16 @@ CLOUD_TITLES = {"full+": "Full+", "ablated+": "Ablated+", "residual+": "Residual
 AUROC_LABELS = {"ablated": "Ablated", "full": "Full", "residual": "Residual"}
 DELTA_LABELS = {"raw": "Raw", "standard": "Standard", "matched": "Matched", "early": "Early", "middle": "Middle",
                 "late": "Late"}
+PANEL_FILES = {"auroc": ("auroc.png", "Valid vs invalid steps"),
+               "delta": ("delta_auroc.png", "AUROC(residual) - AUROC(full)"),
+               "dratio": ("dratio.png", "Relative residual contribution per role")}
+"""Bar panel -> (file name, title) when written on its own (:func:`write_panels`)."""
 _KEYS = ("auroc", "robustness", "dratio", "tails")
 
 
-def compute(run_dir, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, steps: str = "selected",
-            total_steps: int | None = None, cloud_words: int = 60, progress: bool = True) -> dict:
-    """Run the diagnostics behind Fig. 2 on a run's checkpoints.
+def diagnose_run(run_dir, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, steps: str = "selected",
+                 total_steps: int | None = None, cloud_words: int = 60, progress: bool = True) -> dict:
+    """Build the diagnosis report of a run's checkpoints (:func:`diagnostics.report.diagnose`).
 
     Parameters
     ----------
@@ -57,17 +67,16 @@ def compute(run_dir, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, ste
     Returns
     -------
     dict
-        ``{"auroc", "robustness", "dratio", "tails", "ci", "n_boot", "source"}``, each diagnostic as
-        its function returns it.
+        ``{"auroc", "robustness", "dratio", "tails", "ci", "n_boot", "source"}``, each diagnosis as
+        its command's JSON.
 
     Raises
     ------
     SkipFigure
         The run has no complete checkpoint, or its replay data cannot support the diagnosis.
     """
-    from diagnostics import auroc, dratio, robustness, tails
     from diagnostics.load import DiagnosticsError, load
-    from diagnostics.wordtable import word_table
+    from diagnostics.report import diagnose
     from ocsd.records import checkpoint_folders
 
     run_dir = check_run_dir(run_dir)
@@ -75,14 +84,10 @@ def compute(run_dir, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, ste
         raise SkipFigure(f"{run_dir} has no complete checkpoint with replay scores (global_step_N/replay/meta.json)")
     try:
         data = load([run_dir], steps=steps, total_steps=total_steps)
-        result = {
-            "auroc": auroc.feedback_auroc(data, n_boot=n_boot, ci=ci, seed=seed),
-            "robustness": robustness.robustness(data, n_boot=n_boot, ci=ci, seed=seed, progress=progress),
-            "dratio": dratio.dratio(data, n_boot=n_boot, ci=ci, seed=seed),
-            "tails": tails.tails(data, top=cloud_words, words=word_table(data, centre=True))[0],
-        }
+        report, _ = diagnose(data, n_boot=n_boot, ci=ci, seed=seed, top=cloud_words, progress=progress)
     except DiagnosticsError as exc:
         raise SkipFigure(f"{run_dir}: the replay data cannot support the diagnosis: {exc}") from exc
+    result = {k: report[k] for k in _KEYS}
     result.update(ci=ci, n_boot=n_boot, source=str(run_dir))
     return result
 
@@ -98,33 +103,48 @@ def read_report(path) -> dict:
     return out
 
 
-def _bars(ax, labels, values, lows, highs, *, color, gid, ylabel, baseline=None):
-    values = np.array([number(v) for v in values])
-    lows = np.array([number(v) for v in lows])
-    highs = np.array([number(v) for v in highs])
-    err = np.nan_to_num(np.vstack([values - lows, highs - values]), nan=0.0)
-    x = np.arange(len(labels))
-    ax.bar(x, np.nan_to_num(values), yerr=err, capsize=3, color=color, edgecolor="black", linewidth=0.5,
-           error_kw={"elinewidth": 0.8}, gid=gid)
-    for xi, v in zip(x, values):
-        if not np.isfinite(v):
-            ax.text(xi, 0, "n/a", ha="center", va="bottom", fontsize=7, color="grey")
-    ax.set_xticks(x, labels, rotation=30 if len(labels) > 3 else 0, ha="right" if len(labels) > 3 else "center",
-                  fontsize=8)
-    if baseline is not None:
-        ax.axhline(baseline, color="grey", lw=0.8, ls="--")
-    ax.set_ylabel(ylabel, fontsize=9)
-    ax.tick_params(axis="y", labelsize=8)
-    ax.set_gid(gid)
+@dataclass(frozen=True)
+class BarPanel:
+    """What one bar panel draws: a bar per label with its interval, and how it is labelled."""
+
+    labels: tuple
+    values: tuple
+    lows: tuple
+    highs: tuple
+    color: object
+    ylabel: str
+    baseline: float | None = None
 
 
-def _cloud(ax, words: list[dict], *, seed: int):
-    from wordcloud import WordCloud
+def _panel(entries: Mapping[str, dict], labels, key: str, color, ylabel: str, baseline=None) -> BarPanel:
+    return BarPanel(tuple(labels), tuple(v[key] for v in entries.values()),
+                    tuple(v["ci_low"] for v in entries.values()), tuple(v["ci_high"] for v in entries.values()),
+                    color, ylabel, baseline)
 
-    freqs = {w["word"]: number(w["size"]) for w in words if np.isfinite(number(w["size"])) and number(w["size"]) > 0}
-    if freqs:
-        cloud = WordCloud(width=400, height=260, background_color="white", prefer_horizontal=1.0, random_state=seed,
-                          collocations=False, regexp=None).generate_from_frequencies(freqs)
+
+def bar_panels(report: dict) -> dict[str, BarPanel]:
+    """The bar panels (b), (c), (d) of a report: ``{"dratio", "auroc", "delta"}`` -> :class:`BarPanel`."""
+    cats, sig, rob = report["dratio"]["categories"], report["auroc"]["signals"], report["robustness"]
+    return {
+        "dratio": _panel(cats, [k.replace("_", " ").capitalize() for k in cats], "mean", "#DD8452", "D ratio"),
+        "auroc": _panel(sig, [AUROC_LABELS.get(k, k) for k in sig], "auroc",
+                        ["#8C8C8C", "#4C72B0", "#C44E52"][: len(sig)], "AUROC", 0.5),
+        "delta": _panel(rob, [DELTA_LABELS.get(k, k) for k in rob], "delta",
+                        ["#55A868"] * 3 + ["#8172B3"] * (len(rob) - 3), r"$\Delta$AUROC", 0.0),
+    }
+
+
+def _draw_panel(ax, gid: str, panel: BarPanel) -> None:
+    bar_chart(ax, panel.labels, panel.values, panel.lows, panel.highs, color=panel.color, ylabel=panel.ylabel,
+              baseline=panel.baseline, gid=gid)
+    if gid == "auroc":
+        finite = [number(v) for v in panel.lows if np.isfinite(number(v))]
+        ax.set_ylim(min([0.4, *finite]) - 0.02, None)
+
+
+def _cloud(ax, words: list[dict], *, seed: int) -> None:
+    cloud = word_cloud({w["word"]: w["size"] for w in words}, seed=seed)
+    if cloud is not None:
         ax.imshow(cloud.to_array(), interpolation="bilinear")
     else:
         ax.text(0.5, 0.5, "no words", ha="center", va="center", transform=ax.transAxes, color="grey")
@@ -133,12 +153,12 @@ def _cloud(ax, words: list[dict], *, seed: int):
 
 
 def draw(result: dict, *, seed: int = 0, title: str | None = None):
-    """Draw the four panels from the diagnostics' outputs.
+    """Draw the four panels from a diagnosis report.
 
     Parameters
     ----------
     result : dict
-        As returned by :func:`compute` or :func:`read_report`.
+        As returned by :func:`diagnose_run` or :func:`read_report`.
     seed : int
         Word-cloud layout seed.
     title : str, optional
@@ -159,27 +179,8 @@ def draw(result: dict, *, seed: int = 0, title: str | None = None):
         ax.set_title(name, fontsize=9, pad=2)
         ax.set_gid(f"clouds:{tail}")
     pct = f"{number(result.get('ci', 0.95)):.0%}"
-
-    cats = result["dratio"]["categories"]
-    ax = fig.add_subplot(outer[1])
-    _bars(ax, [k.replace("_", " ").capitalize() for k in cats], [v["mean"] for v in cats.values()],
-          [v["ci_low"] for v in cats.values()], [v["ci_high"] for v in cats.values()], color="#DD8452",
-          gid="dratio", ylabel="D ratio")
-
-    sig = result["auroc"]["signals"]
-    ax = fig.add_subplot(outer[2])
-    _bars(ax, [AUROC_LABELS.get(k, k) for k in sig], [v["auroc"] for v in sig.values()],
-          [v["ci_low"] for v in sig.values()], [v["ci_high"] for v in sig.values()],
-          color=["#8C8C8C", "#4C72B0", "#C44E52"][: len(sig)], gid="auroc", ylabel="AUROC", baseline=0.5)
-    finite = [number(v["ci_low"]) for v in sig.values() if np.isfinite(number(v["ci_low"]))]
-    ax.set_ylim(min([0.4, *finite]) - 0.02, None)
-
-    rob = result["robustness"]
-    ax = fig.add_subplot(outer[3])
-    _bars(ax, [DELTA_LABELS.get(k, k) for k in rob], [v["delta"] for v in rob.values()],
-          [v["ci_low"] for v in rob.values()], [v["ci_high"] for v in rob.values()],
-          color=["#55A868"] * 3 + ["#8172B3"] * (len(rob) - 3), gid="delta", ylabel=r"$\Delta$AUROC", baseline=0.0)
-
+    for i, (gid, panel) in enumerate(bar_panels(result).items()):
+        _draw_panel(fig.add_subplot(outer[1 + i]), gid, panel)
     firsts = [a for a in fig.axes if a.get_gid() in ("clouds:full+", "dratio", "auroc", "delta")]
     for letter, a in zip("abcd", firsts):
         fig.text(a.get_position().x0 - 0.02, 0.97, f"({letter})", fontsize=11, fontweight="bold", va="top")
@@ -188,20 +189,73 @@ def draw(result: dict, *, seed: int = 0, title: str | None = None):
     return fig
 
 
+def write_panels(report: dict, out_dir, *, dpi: int = 120) -> dict[str, str]:
+    """Write each bar panel of a report as its own PNG (:data:`PANEL_FILES`).
+
+    Returns
+    -------
+    dict
+        ``{"auroc", "delta", "dratio"}`` -> path written (str).
+    """
+    plt = pyplot()
+    panels = bar_panels(report)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for gid, (file, title) in PANEL_FILES.items():
+        fig, ax = plt.subplots(figsize=(1.2 * len(panels[gid].labels) + 2, 3.2))
+        try:
+            _draw_panel(ax, gid, panels[gid])
+            ax.set_title(title, fontsize=10)
+            fig.tight_layout()
+            fig.savefig(out_dir / file, dpi=dpi)
+        finally:
+            plt.close(fig)
+        paths[gid] = str(out_dir / file)
+    return paths
+
+
+def write_clouds(frequencies: Mapping[str, Mapping[str, float]], out_dir, *, seed: int = 0) -> dict[str, str]:
+    """Write one 800 x 400 word-cloud PNG per tail, ``cloud_<tail>.png`` (``+`` -> ``_plus``, ``-`` -> ``_minus``).
+
+    Parameters
+    ----------
+    frequencies : mapping
+        Tail -> {word: size} (:func:`diagnostics.tails.cloud_frequencies`).
+    out_dir : path
+    seed : int
+        Layout seed.
+
+    Returns
+    -------
+    dict
+        Tail -> path written (str); tails without a word of positive size are skipped.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for tail, words in frequencies.items():
+        cloud = word_cloud(words, width=800, height=400, seed=seed)
+        if cloud is None:
+            continue
+        path = out_dir / f"cloud_{tail.replace('+', '_plus').replace('-', '_minus')}.png"
+        cloud.to_file(str(path))
+        paths[tail] = str(path)
+    return paths
+
+
 def build(run_dir, out_dir, *, report=None, n_boot: int = 1000, ci: float = 0.95, seed: int = 0,
           steps: str = "selected", total_steps: int | None = None, name: str = NAME, pdf: bool = False,
           dpi: int = 150, progress: bool = True) -> list[Path]:
-    """Compute (or read) the diagnostics of a run, draw Fig. 2 and write it with its values.
+    """Read (or build) the diagnosis report of a run, draw Fig. 2 and write it with its values.
 
     Returns
     -------
     list of Path
         The PNG (and PDF) and ``<name>.json`` written.
     """
-    from diagnostics._cli import jsonable
-
-    result = read_report(report) if report else compute(run_dir, n_boot=n_boot, ci=ci, seed=seed, steps=steps,
-                                                        total_steps=total_steps, progress=progress)
+    result = read_report(report) if report else diagnose_run(run_dir, n_boot=n_boot, ci=ci, seed=seed, steps=steps,
+                                                             total_steps=total_steps, progress=progress)
     fig = draw(result, seed=seed)
     try:
         paths = save_figure(fig, out_dir, name, pdf=pdf, dpi=dpi)
@@ -213,16 +267,13 @@ def build(run_dir, out_dir, *, report=None, n_boot: int = 1000, ci: float = 0.95
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = base_parser(f"figures.{NAME}", __doc__.split("\n")[0], runs="1")
+    from diagnostics.options import add_bootstrap_options, add_selection_options
+
+    parser = figure_parser(f"figures.{NAME}", __doc__.split("\n")[0], runs="1")
     parser.add_argument("--report", metavar="JSON", help="draw from a diagnostics.report report.json instead of "
-                        "computing the diagnostics")
-    parser.add_argument("--n-boot", type=int, default=1000, help="trajectory-cluster resamples (default 1000)")
-    parser.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap and cloud-layout seed (default 0)")
-    parser.add_argument("--steps", choices=("selected", "all"), default="selected",
-                        help="analyse the selected (top-NLL) steps (default) or all scored steps")
-    parser.add_argument("--total-steps", type=int, default=None, metavar="L",
-                        help="run length for the early/middle/late thirds (default: largest checkpoint step)")
+                        "building the report from the run's checkpoints")
+    add_selection_options(parser)
+    add_bootstrap_options(parser, seed_help="bootstrap and cloud-layout seed (default 0)")
     args = parser.parse_args(argv)
     if not args.report and len(args.run) != 1:
         raise FigureError(f"give exactly one --run DIR (or --report JSON), got {len(args.run)} --run")
@@ -236,7 +287,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m figures.fig2_diagnosis``."""
-    return run_main(f"figures.{NAME}", _main, argv)
+    return run_main(_main, argv, prog=f"figures.{NAME}")
 
 
 if __name__ == "__main__":

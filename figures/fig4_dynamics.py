@@ -20,13 +20,14 @@ from typing import Sequence
 
 import numpy as np
 
-from figures._common import RunInfo, SkipFigure, base_parser, load_runs, pyplot, run_main, save_figure
+from diagnostics.runs import VAL_OVERALL, VAL_PREFIX
+from figures._common import RunInfo, SkipFigure, figure_parser, load_runs
+from figures.drawing import pyplot, save_figure
+from ocsd.cli import run_main
 
 __all__ = ["Curve", "curves", "draw", "build", "main"]
 
 NAME = "fig4_dynamics"
-VAL_OVERALL = "val/success_rate"
-VAL_PREFIX = "val/success/"
 TRAIN_KEYS = {"success_rate": "Training success", "reward_mean": "Training reward"}
 TASK_ORDER = ("pick", "look", "clean", "heat", "cool", "pick2")
 """ALFWorld task types in the paper's column order; other types follow alphabetically."""
@@ -137,7 +138,7 @@ def build(run_dirs: Sequence, out_dir, *, labels: Sequence[str] | None = None, n
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = base_parser(f"figures.{NAME}", __doc__.split("\n")[0])
+    parser = figure_parser(f"figures.{NAME}", __doc__.split("\n")[0])
     parser.add_argument("--label", action="append", default=[], help="legend label per --run, in the same order")
     args = parser.parse_args(argv)
     paths = build(args.run, args.out, labels=args.label or None, pdf=args.pdf, dpi=args.dpi)
@@ -147,7 +148,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m figures.fig4_dynamics``."""
-    return run_main(f"figures.{NAME}", _main, argv)
+    return run_main(_main, argv, prog=f"figures.{NAME}")
 
 
 if __name__ == "__main__":

@@ -2,12 +2,12 @@
 
 For each run, the time of every phase (``time/rollout``, ``time/old_logprob``, ``time/ref_logprob``,
 ``time/replay_scoring``, ``time/teacher_logprob``, ``time/advantage``, ``time/update``; seconds, from
-``metrics.jsonl``) is averaged over the training steps (a phase a step did not run counts 0 s) and
-drawn as one stacked bar per run; a second panel shows the same stack as percent of the phase
-total. Phases shared with GRPO are blue, replay scoring (OCSD-specific) orange, the privileged
-teacher pass of the distillation baselines purple. The table (stdout, and ``fig6_cost.md``) gives
-seconds per phase and the replay-scoring share. ``--skip-steps K`` leaves out the first K steps
-(warm-up).
+``metrics.jsonl``) is averaged over the training steps, a phase a step did not run counting 0 s
+(means and shares from :func:`diagnostics.runs.phase_times`), and drawn as one stacked bar per
+run; a second panel shows the same stack as percent of the phase total. Phases shared with GRPO
+are blue, replay scoring (OCSD-specific) orange, the privileged teacher pass of the distillation
+baselines purple. The table (stdout, and ``fig6_cost.md``) gives seconds per phase and the
+replay-scoring share. ``--skip-steps K`` leaves out the first K steps (warm-up).
 
 Command::
 
@@ -22,9 +22,12 @@ from typing import Sequence
 
 import numpy as np
 
-from figures._common import FigureError, RunInfo, SkipFigure, base_parser, load_runs, pyplot, run_main, save_figure
+from diagnostics.runs import PhaseTimes, phase_times
+from figures._common import FigureError, SkipFigure, figure_parser, load_runs
+from figures.drawing import pyplot, save_figure
+from ocsd.cli import run_main
 
-__all__ = ["PHASES", "phase_means", "draw", "table", "build", "main"]
+__all__ = ["PHASES", "draw", "table", "build", "main"]
 
 NAME = "fig6_cost"
 PHASES = {
@@ -40,28 +43,13 @@ PHASES = {
 REPLAY = "time/replay_scoring"
 
 
-def phase_means(run: RunInfo, *, skip_steps: int = 0) -> dict[str, float] | None:
-    """Mean seconds per training step of every phase (0 where a step lacks the key).
-
-    Returns
-    -------
-    dict or None
-        Phase key -> mean seconds over the run's rows that carry any phase key (after the first
-        ``skip_steps`` of them); None when the run has no such row.
-    """
-    rows = [r for r in run.metrics if any(k in r for k in PHASES)][skip_steps:]
-    if not rows:
-        return None
-    return {k: float(np.mean([float(r.get(k) or 0.0) for r in rows])) for k in PHASES}
-
-
-def draw(means: dict[str, dict[str, float]]):
+def draw(times: dict[str, PhaseTimes]):
     """Stacked bars (seconds, and percent of the phase total), one per run label.
 
     Parameters
     ----------
-    means : dict
-        Run label -> :func:`phase_means`.
+    times : dict
+        Run label -> :func:`diagnostics.runs.phase_times` over :data:`PHASES`.
 
     Returns
     -------
@@ -69,16 +57,15 @@ def draw(means: dict[str, dict[str, float]]):
         Axes ``gid`` ``"seconds"`` and ``"percent"``; every bar patch has ``gid`` ``"<label>|<phase key>"``.
     """
     plt = pyplot()
-    labels = list(means)
+    labels = list(times)
     fig, (ax_s, ax_p) = plt.subplots(1, 2, figsize=(max(6.0, 1.6 * len(labels) + 4.5), 3.8))
     x = np.arange(len(labels))
-    totals = np.array([sum(means[lab].values()) for lab in labels])
+    totals = np.array([times[lab].total for lab in labels])
     bottom_s, bottom_p = np.zeros(len(labels)), np.zeros(len(labels))
-    used = [k for k in PHASES if any(means[lab][k] > 0 for lab in labels)]
-    for key in used:
+    for key in _used(times):
         name, color = PHASES[key]
-        sec = np.array([means[lab][key] for lab in labels])
-        pct = np.divide(100.0 * sec, totals, out=np.zeros_like(sec), where=totals > 0)
+        sec = np.array([times[lab].seconds[key] for lab in labels])
+        pct = np.nan_to_num([times[lab].percent[key] for lab in labels])
         for ax, vals, bottom in ((ax_s, sec, bottom_s), (ax_p, pct, bottom_p)):
             bars = ax.bar(x, vals, bottom=bottom, color=color, edgecolor="white", linewidth=0.5, width=0.6,
                           label=name)
@@ -86,7 +73,7 @@ def draw(means: dict[str, dict[str, float]]):
                 bar.set_gid(f"{lab}|{key}")
             bottom += vals
     for i, lab in enumerate(labels):
-        share = 100.0 * means[lab][REPLAY] / totals[i] if totals[i] > 0 else 0.0
+        share = np.nan_to_num(times[lab].percent[REPLAY])
         ax_s.text(i, totals[i], f"{totals[i]:.3g} s\nreplay {share:.2f}%", ha="center", va="bottom", fontsize=7)
     for ax, ylabel in ((ax_s, "seconds per iteration"), (ax_p, "% of iteration")):
         ax.set_xticks(x, labels, rotation=20 if len(labels) > 3 else 0, fontsize=8)
@@ -101,16 +88,20 @@ def draw(means: dict[str, dict[str, float]]):
     return fig
 
 
-def table(means: dict[str, dict[str, float]]) -> str:
+def _used(times: dict[str, PhaseTimes]) -> list[str]:
+    """The phases some run spent time in, in stacking order."""
+    return [k for k in PHASES if any(t.seconds[k] > 0 for t in times.values())]
+
+
+def table(times: dict[str, PhaseTimes]) -> str:
     """Markdown table: seconds per phase per run, total, replay-scoring seconds and share."""
-    labels = list(means)
-    used = [k for k in PHASES if any(means[lab][k] > 0 for lab in labels)]
+    labels = list(times)
     lines = ["| phase | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
-    for key in used:
-        lines.append(f"| {PHASES[key][0]} (`{key}`) | " + " | ".join(f"{means[lab][key]:.4g}" for lab in labels) + " |")
-    totals = {lab: sum(means[lab].values()) for lab in labels}
-    lines.append("| **total** | " + " | ".join(f"{totals[lab]:.4g}" for lab in labels) + " |")
-    shares = [f"{100 * means[lab][REPLAY] / totals[lab]:.2f}%" if totals[lab] > 0 else "n/a" for lab in labels]
+    for key in _used(times):
+        cells = " | ".join(f"{times[lab].seconds[key]:.4g}" for lab in labels)
+        lines.append(f"| {PHASES[key][0]} (`{key}`) | {cells} |")
+    lines.append("| **total** | " + " | ".join(f"{times[lab].total:.4g}" for lab in labels) + " |")
+    shares = [f"{times[lab].percent[REPLAY]:.2f}%" if times[lab].total > 0 else "n/a" for lab in labels]
     lines.append("| replay-scoring share | " + " | ".join(shares) + " |")
     return "\n".join(lines)
 
@@ -121,19 +112,19 @@ def build(run_dirs: Sequence, out_dir, *, labels: Sequence[str] | None = None, s
     if skip_steps < 0:
         raise FigureError(f"--skip-steps must be >= 0, got {skip_steps}")
     runs = load_runs(run_dirs, labels)
-    means = {}
+    times = {}
     for r in runs:
-        m = phase_means(r, skip_steps=skip_steps)
-        if m is None:
+        t = phase_times(r.metrics, list(PHASES), skip_steps=skip_steps)
+        if t is None:
             print(f"{name}: {r.label} ({r.path}) has no timing rows after {skip_steps} skipped step(s); left out",
                   file=sys.stderr)
         else:
-            means[r.label] = m
-    if not means:
+            times[r.label] = t
+    if not times:
         raise SkipFigure("no run has metrics rows with time/<phase> keys (" + ", ".join(PHASES) + ")")
-    text = table(means)
+    text = table(times)
     print(f"Seconds per iteration, mean over training steps (first {skip_steps} skipped):\n{text}")
-    fig = draw(means)
+    fig = draw(times)
     try:
         paths = save_figure(fig, out_dir, name, pdf=pdf, dpi=dpi)
     finally:
@@ -144,7 +135,7 @@ def build(run_dirs: Sequence, out_dir, *, labels: Sequence[str] | None = None, s
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = base_parser(f"figures.{NAME}", __doc__.split("\n")[0])
+    parser = figure_parser(f"figures.{NAME}", __doc__.split("\n")[0])
     parser.add_argument("--label", action="append", default=[], help="bar label per --run, in the same order")
     parser.add_argument("--skip-steps", type=int, default=0, metavar="K",
                         help="leave out the first K timed steps (warm-up; default 0)")
@@ -157,7 +148,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m figures.fig6_cost``."""
-    return run_main(f"figures.{NAME}", _main, argv)
+    return run_main(_main, argv, prog=f"figures.{NAME}")
 
 
 if __name__ == "__main__":

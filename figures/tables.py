@@ -4,11 +4,11 @@ Each run contributes its last validation row (the last ``metrics.jsonl`` row wit
 ``val/success_rate``): overall success and ``val/success/<type>`` per task type, shown in percent.
 Runs are grouped by method (and by ``rho``/``beta`` where a method was run with several values);
 a cell is the mean over the group's seeds ± the sample standard deviation (ddof 1; only the mean
-for a single seed). The best mean of each column is bold, the second underlined (LaTeX) or
-italic (Markdown). Runs come from ``--run`` folders or a sweep's ``index.json``
-(``training.sweep``: a list of ``{method, seed, rho, beta, run_dir, status, returncode}``); sweep
-entries with a non-zero return code or a failed status, and runs without a validation row, are
-left out with a printed reason.
+for a single seed), both from :func:`diagnostics.runs.validation_stats`. The best mean of each
+column is bold, the second underlined (LaTeX) or italic (Markdown). Runs come from ``--run``
+folders or a sweep's ``index.json`` (``training.sweep``: a list of ``{method, seed, rho, beta,
+run_dir, status, returncode}``); sweep entries with a non-zero return code or a failed status, and
+runs without a validation row, are left out with a printed reason.
 
 Command::
 
@@ -17,46 +17,23 @@ Command::
 
 from __future__ import annotations
 
-import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
-
+from diagnostics.runs import VAL_OVERALL, VAL_PREFIX, SeedStats, last_validation, validation_stats
 from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, check_run_dir, load_runs, method_label,
-                             read_json_file, run_main)
+                             read_json_file)
+from ocsd.cli import run_main
 
-__all__ = ["Cell", "read_index", "last_validation", "collect", "aggregate", "to_markdown", "to_latex", "build", "main"]
+__all__ = ["read_index", "collect", "aggregate", "to_markdown", "to_latex", "build", "main"]
 
 NAME = "table_main"
-VAL_OVERALL = "val/success_rate"
-VAL_PREFIX = "val/success/"
 TASK_NAMES = {"pick": "Pick", "look": "Look", "clean": "Clean", "heat": "Heat", "cool": "Cool", "pick2": "Pick2"}
 """ALFWorld task types in the paper's column order."""
 OVERALL = "Overall"
 ENV_NAMES = {"alfworld": "ALFWorld", "webshop": "WebShop", "searchqa": "Search-QA"}
 FAILED = {"failed", "error", "crashed", "killed", "timeout", "timed_out"}
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One table cell: values of the seeds (fractions in [0, 1])."""
-
-    values: tuple
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(self.values)) if self.values else math.nan
-
-    @property
-    def std(self) -> float:
-        return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else math.nan
 
 
 def read_index(path) -> tuple[list[dict], list[str]]:
@@ -90,12 +67,6 @@ def read_index(path) -> tuple[list[dict], list[str]]:
     return usable, skipped
 
 
-def last_validation(run: RunInfo) -> dict | None:
-    """The last metrics row with ``val/success_rate`` (None if there is none)."""
-    rows = [r for r in run.metrics if r.get(VAL_OVERALL) is not None]
-    return rows[-1] if rows else None
-
-
 def _hyper(run: RunInfo, entry: dict | None, key: str):
     if entry is not None and entry.get(key) is not None:
         return entry[key]
@@ -115,7 +86,7 @@ def collect(runs: Sequence[RunInfo], entries: Sequence[dict | None] | None = Non
     groups: dict[tuple, list] = {}
     skipped = []
     for run, entry in zip(runs, entries):
-        row = last_validation(run)
+        row = last_validation(run.metrics)
         if row is None:
             skipped.append(f"{run.path}: no validation row ({VAL_OVERALL}) in metrics.jsonl")
             continue
@@ -130,27 +101,24 @@ def _order(method: str):
     return (names.index(method), "") if method in names else (len(names), method)
 
 
-def aggregate(groups: dict) -> tuple[list[str], list[str], dict[str, dict[str, Cell]]]:
-    """Row labels, column names and cells (row label -> column -> :class:`Cell`).
+def aggregate(groups: dict) -> tuple[list[str], list[str], dict[str, dict[str, SeedStats]]]:
+    """Row labels, column names and cells (row label -> column -> :class:`diagnostics.runs.SeedStats`).
 
-    A method run with one (rho, beta) is labelled by its name; with several, each row also
-    names rho and beta.
+    The seed statistics come from :func:`diagnostics.runs.validation_stats`. A method run with one
+    (rho, beta) is labelled by its name; with several, each row also names rho and beta.
     """
-    types = sorted({k[len(VAL_PREFIX):] for rows in groups.values() for _, r in rows for k in r
-                    if k.startswith(VAL_PREFIX)},
+    keys = sorted(groups, key=lambda k: (_order(k[0]), str(k[1]), str(k[2])))
+    stats = {key: validation_stats([r for _, r in groups[key]]) for key in keys}
+    types = sorted({k[len(VAL_PREFIX):] for s in stats.values() for k in s if k.startswith(VAL_PREFIX)},
                    key=lambda t: (list(TASK_NAMES).index(t), "") if t in TASK_NAMES else (len(TASK_NAMES), t))
     columns = [TASK_NAMES.get(t, t) for t in types] + [OVERALL]
-    keys = sorted(groups, key=lambda k: (_order(k[0]), str(k[1]), str(k[2])))
     per_method = {m: sum(k[0] == m for k in keys) for m, _, _ in keys}
     cells, labels = {}, []
     for key in keys:
         method, rho, beta = key
         label = method_label(method) + (f" (rho={rho}, beta={beta})" if per_method[method] > 1 else "")
-        rows = [r for _, r in groups[key]]
-        entry = {TASK_NAMES.get(t, t): Cell(tuple(float(r[VAL_PREFIX + t]) for r in rows
-                                                  if r.get(VAL_PREFIX + t) is not None)) for t in types}
-        entry[OVERALL] = Cell(tuple(float(r[VAL_OVERALL]) for r in rows))
-        cells[label] = entry
+        cells[label] = {TASK_NAMES.get(t, t): stats[key].get(VAL_PREFIX + t, SeedStats(())) for t in types}
+        cells[label][OVERALL] = stats[key][VAL_OVERALL]
         labels.append(label)
     return labels, columns, cells
 
@@ -169,7 +137,7 @@ def _ranks(labels, columns, cells) -> dict[tuple[str, str], int]:
     return out
 
 
-def _text(cell: Cell, pm: str) -> str:
+def _text(cell: SeedStats, pm: str) -> str:
     if not cell.n:
         return "-"
     return f"{100 * cell.mean:.1f}" + (f"{pm}{100 * cell.std:.1f}" if cell.n > 1 else "")
@@ -274,7 +242,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m figures.tables``."""
-    return run_main("figures.tables", _main, argv)
+    return run_main(_main, argv, prog="figures.tables")
 
 
 if __name__ == "__main__":

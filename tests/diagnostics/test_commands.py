@@ -139,3 +139,32 @@ def test_one_checkpoint_and_empty_selection(make_ckpt, capsys):
     assert auroc.main(["--ckpt", str(empty), "--json"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "no steps" in captured.err
+
+
+def test_report_diagnose_equals_each_diagnosis(synth_run):
+    from diagnostics.load import load
+    from ocsd.cli import jsonable
+
+    data = load([synth_run])
+    result, rates = report.diagnose(data, n_boot=30, seed=2, top=8, progress=False)
+    assert list(result) == ["auroc", "robustness", "dratio", "tails", "seconds"]
+    assert jsonable(result["auroc"]) == jsonable(auroc.feedback_auroc(data, n_boot=30, seed=2))
+    assert jsonable(result["robustness"]) == jsonable(robustness.robustness(data, n_boot=30, seed=2))
+    assert jsonable(result["dratio"]) == jsonable(dratio.dratio(data, n_boot=30, seed=2))
+    ref_tails, ref_rates = tails.tails(data, top=8)
+    assert jsonable(result["tails"]) == jsonable(ref_tails)
+    pd.testing.assert_frame_equal(rates, ref_rates)
+
+
+def test_cloud_frequencies_are_the_largest_positive_sizes():
+    rates = pd.DataFrame({"tail": ["full+"] * 3 + ["residual-"] * 2, "word": ["a", "b", "c", "d", "e"],
+                          "rate": [0.5, 0.2, 0.0, 0.0, 0.0], "count": [3, 2, 4, 1, 1],
+                          "size": [0.6, 0.3, 0.0, 0.0, 0.0]})
+    assert tails.cloud_frequencies(rates, top=1) == {"full+": {"a": 0.6}}
+    assert tails.cloud_frequencies(rates) == {"full+": {"a": 0.6, "b": 0.3}}
+
+
+def test_tails_without_clouds_writes_only_the_csv(synth_run, tmp_path, capsys):
+    res = run_json(capsys, tails.main, ["--run", str(synth_run), "--out", str(tmp_path), "--no-clouds"])
+    assert list(res["files"]) == ["csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tails_top_words.csv"]

@@ -1,0 +1,73 @@
+"""The options every ``python -m diagnostics.<name>`` command takes, and loading what they name.
+
+Input: ``--ckpt DIR`` (repeatable, pooled) or ``--run DIR``, ``--steps selected|all`` and
+``--total-steps L``; bootstrap: ``--n-boot``, ``--ci``, ``--seed``; output: ``--json``. Exit codes,
+tables and the JSON output follow :mod:`ocsd.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from diagnostics.load import DiagData, DiagnosticsError, load
+
+__all__ = ["command_parser", "add_selection_options", "add_bootstrap_options", "load_args"]
+
+
+def add_selection_options(parser) -> None:
+    """Add ``--steps selected|all`` and ``--total-steps L`` to a parser or argument group."""
+    parser.add_argument("--steps", choices=("selected", "all"), default="selected",
+                        help="analyse the selected (top-NLL) steps only (default, as in the paper) or all scored steps")
+    parser.add_argument("--total-steps", type=int, default=None, metavar="L",
+                        help="run length for early/middle/late thirds (default: largest global step loaded)")
+
+
+def add_bootstrap_options(parser: argparse.ArgumentParser, *, seed_help: str = "random seed (default 0)") -> None:
+    """Add the ``bootstrap`` group: ``--n-boot``, ``--ci`` and ``--seed``."""
+    boot = parser.add_argument_group("bootstrap")
+    boot.add_argument("--n-boot", type=int, default=1000, help="trajectory-cluster resamples (default 1000)")
+    boot.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
+    boot.add_argument("--seed", type=int, default=0, help=seed_help)
+
+
+def command_parser(prog: str, description: str, *, bootstrap: bool = True) -> argparse.ArgumentParser:
+    """Parser with the input, selection, bootstrap (unless ``bootstrap=False``) and ``--json`` options.
+
+    Parameters
+    ----------
+    prog : str
+        Module name (``diagnostics.auroc``); the usage line shows ``python -m <prog>``.
+    description : str
+    bootstrap : bool, default True
+        Add ``--n-boot``, ``--ci`` and ``--seed``.
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=description)
+    src = parser.add_argument_group("input")
+    src.add_argument("--ckpt", action="append", default=[], metavar="DIR",
+                     help="checkpoint folder global_step_N (or its replay/); repeat to pool several")
+    src.add_argument("--run", metavar="DIR", help="run folder: all complete checkpoints in it")
+    add_selection_options(src)
+    if bootstrap:
+        add_bootstrap_options(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
+    return parser
+
+
+def load_args(args: argparse.Namespace) -> DiagData:
+    """Check the input and bootstrap options and load the data named by ``--ckpt``/``--run``.
+
+    Raises
+    ------
+    DiagnosticsError
+        Both or neither of ``--run`` and ``--ckpt``, ``--n-boot`` < 1 or ``--ci`` outside (0, 1).
+    """
+    if args.run and args.ckpt:
+        raise DiagnosticsError("give either --run DIR or --ckpt DIR (repeatable), not both")
+    paths = [args.run] if args.run else list(args.ckpt)
+    if not paths:
+        raise DiagnosticsError("no input: give --run DIR or --ckpt DIR")
+    if getattr(args, "n_boot", 1) < 1:
+        raise DiagnosticsError(f"--n-boot must be >= 1, got {args.n_boot}")
+    if not 0 < getattr(args, "ci", 0.5) < 1:
+        raise DiagnosticsError(f"--ci must be in (0, 1), got {args.ci}")
+    return load(paths, steps=args.steps, total_steps=args.total_steps)

@@ -1,0 +1,117 @@
+"""Drawing shared by the figures: pyplot on Agg, saving, the bar chart with intervals, the word cloud.
+
+:func:`bar_chart` and :func:`word_cloud` are the only bar-chart and word-cloud code of the suite;
+the diagnostics commands that write PNGs (``diagnostics.report``, ``diagnostics.tails``) draw
+through them as well.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["pyplot", "save_figure", "number", "bar_chart", "word_cloud"]
+
+
+def _use_agg() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend."""
+    _use_agg()
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, out_dir, name: str, *, pdf: bool = False, dpi: int = 150) -> list[Path]:
+    """Write ``<out_dir>/<name>.png`` (and ``.pdf``); closes nothing (the caller owns ``fig``)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{name}.png"]
+    fig.savefig(paths[0], dpi=dpi, bbox_inches="tight")
+    if pdf:
+        paths.append(out_dir / f"{name}.pdf")
+        fig.savefig(paths[1], bbox_inches="tight")
+    return paths
+
+
+def number(value) -> float:
+    """A float for drawing: None and non-numbers become nan."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return value
+
+
+def bar_chart(ax, labels: Sequence[str], values, lows, highs, *, color="#4C72B0", ylabel: str = "",
+              baseline: float | None = None, gid: str | None = None) -> None:
+    """Bars with interval whiskers on ``ax``; a missing value (None, nan) is drawn as ``n/a``.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    labels : sequence of str, length n
+    values, lows, highs : sequence of float or None, length n
+        Bar heights and the interval around each (whiskers from ``low`` to ``high``).
+    color : colour or sequence of n colours
+    ylabel : str
+    baseline : float, optional
+        A dashed reference line (0.5 for AUROC, 0 for a difference).
+    gid : str, optional
+        Set on the axes and the bar container, so tests can find the drawn values.
+    """
+    values = np.array([number(v) for v in values])
+    lows = np.array([number(v) for v in lows])
+    highs = np.array([number(v) for v in highs])
+    err = np.nan_to_num(np.vstack([values - lows, highs - values]), nan=0.0)
+    x = np.arange(len(labels))
+    ax.bar(x, np.nan_to_num(values), yerr=err, capsize=3, color=color, edgecolor="black", linewidth=0.5,
+           error_kw={"elinewidth": 0.8}, gid=gid)
+    for xi, v in zip(x, values):
+        if not np.isfinite(v):
+            ax.text(xi, 0, "n/a", ha="center", va="bottom", fontsize=7, color="grey")
+    ax.set_xticks(x, labels, rotation=30 if len(labels) > 3 else 0, ha="right" if len(labels) > 3 else "center",
+                  fontsize=8)
+    if baseline is not None:
+        ax.axhline(baseline, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel(ylabel, fontsize=9)
+    ax.tick_params(axis="y", labelsize=8)
+    ax.set_gid(gid)
+
+
+def word_cloud(frequencies: Mapping[str, float], *, width: int = 400, height: int = 260, seed: int = 0):
+    """A word-cloud layout of the words with a finite, positive size.
+
+    Parameters
+    ----------
+    frequencies : mapping of str to float
+        Word -> display size.
+    width, height : int
+        Canvas in pixels.
+    seed : int
+        Layout seed.
+
+    Returns
+    -------
+    wordcloud.WordCloud or None
+        The generated cloud (``.to_array()`` to draw it on axes, ``.to_file(path)`` to write a PNG);
+        None when no word has a finite, positive size.
+    """
+    _use_agg()  # wordcloud imports matplotlib
+    from wordcloud import WordCloud
+
+    sizes = {w: number(s) for w, s in frequencies.items()}
+    sizes = {w: s for w, s in sizes.items() if np.isfinite(s) and s > 0}
+    if not sizes:
+        return None
+    cloud = WordCloud(width=width, height=height, background_color="white", prefer_horizontal=1.0,
+                      random_state=seed, collocations=False, regexp=None)
+    return cloud.generate_from_frequencies(sizes)
