@@ -1,0 +1,72 @@
+"""The command-line conventions every ``python -m`` command shares (``ocsd.cli``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ocsd.cli import SkipCommand, UsageError, emit, fmt, format_table, jsonable, positive_int, run_main
+from ocsd.records import RecordError
+
+
+def test_jsonable_plain_types_and_non_finite():
+    value = {1: np.int64(3), "f": np.float32(0.5), "nan": math.nan, "inf": np.float64(np.inf), "b": np.bool_(True),
+             "a": np.arange(3), "p": Path("x/y"), "t": (1, 2.5)}
+    out = jsonable(value)
+    assert out == {"1": 3, "f": 0.5, "nan": None, "inf": None, "b": True, "a": [0, 1, 2], "p": "x/y", "t": [1, 2.5]}
+    json.dumps(out, allow_nan=False)
+    assert type(out["1"]) is int and type(out["b"]) is bool
+
+
+@pytest.mark.parametrize("text, ok", [("1", 1), ("12", 12), ("0", None), ("-3", None), ("x", None)])
+def test_positive_int_names_the_flag(text, ok):
+    parse = positive_int("--tasks")
+    if ok is not None:
+        assert parse(text) == ok
+    else:
+        with pytest.raises(argparse.ArgumentTypeError, match="--tasks"):
+            parse(text)
+
+
+def test_fmt_and_table():
+    assert fmt(None) == fmt(math.nan) == "nan" and fmt(3) == "3" and fmt(0.12345) == "0.123"
+    table = format_table(["name", "value"], [["a", 1.0], ["longer", 0.5]], title="T")
+    lines = table.splitlines()
+    assert lines[0] == "T" and lines[1].startswith("name") and len({len(l) for l in lines[1:]}) == 1
+
+
+def test_emit_json_and_table(capsys):
+    emit(True, {"x": np.float64(math.nan)}, "ignored")
+    assert json.loads(capsys.readouterr().out) == {"x": None}
+    emit(False, {}, "a table\n")
+    assert capsys.readouterr().out == "a table\n"
+
+
+@pytest.mark.parametrize("exc, code", [(UsageError("--flag: bad"), 2), (RecordError("meta.json: bad"), 2),
+                                       (FileNotFoundError("nope"), 2), (SkipCommand("no data"), 1)])
+def test_run_main_exit_codes(exc, code, capsys):
+    def body(argv):
+        raise exc
+
+    assert run_main(body, [], prog="cmd") == code
+    err = capsys.readouterr().err
+    assert str(exc.args[0]) in err and "Traceback" not in err
+    assert err.startswith("cmd: skipped: " if code == 1 else "error: ")
+
+
+def test_run_main_extra_errors_and_success():
+    class Custom(Exception):
+        pass
+
+    def raise_custom(argv):
+        raise Custom("x")
+
+    assert run_main(raise_custom, [], errors=(Custom,)) == 2
+    assert run_main(lambda argv: 0, []) == 0
+    with pytest.raises(Custom):
+        run_main(raise_custom, [])
