@@ -28,7 +28,8 @@ import scipy.sparse as sp
 from diagnostics.bootstrap import BootstrapResult, bootstrap_result, iter_cluster_counts
 from diagnostics.load import DiagData, DiagnosticsError
 from diagnostics.options import command_parser, load_args
-from diagnostics.roles import ROLES, Lexicon, get_lexicon
+from diagnostics.roles import ROLES, get_lexicon
+from ocsd.environments.lexicon import Lexicon
 from diagnostics.stats import DegenerateInputWarning
 from diagnostics.wordtable import word_table
 from ocsd.cli import emit, format_table, run_main

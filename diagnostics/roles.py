@@ -8,9 +8,9 @@ Format
     (``Action:``, ``Reason:``, ``Observation:``, ``Thought:``, ``Answer:``, ``Step:``...); or a word
     made only of markup characters (``**``, ``###``, ``-``, ``` ``` ```, ``|``).
 Action
-    the word type is an action verb of the environment (ALFWorld: the engine's command verbs
-    ``go take put move open close toggle use heat cool clean examine inventory look slice`` and
-    their ``-s``/``-ing``/past-tense forms, plus ``pick``/``place``).
+    the word type is an action verb of the environment (ALFWorld, :mod:`ocsd.environments.alfworld`:
+    the engine's command verbs ``go take put move open close toggle use heat cool clean examine
+    inventory look slice`` and their ``-s``/``-ing``/past-tense forms, plus ``pick``/``place``).
 Entity/State
     the word type is an environment entity (ALFWorld: the engine's object and receptacle classes,
     lower-cased as the game prints them, their plurals, and the parts of compound class names),
@@ -24,24 +24,25 @@ Reasoning
 Other
     everything else.
 
-Word types are those of :func:`diagnostics.words.word_type`. Lexicons are registered per
-environment name (``meta.json``'s ``env``); unknown environments use the generic lexicon (format
-and reasoning rules only, no actions or entities) with a warning.
+Word types are those of :func:`diagnostics.words.word_type`. The word lists are the environment's
+role lexicon (:class:`ocsd.environments.lexicon.Lexicon`, built by its registry entry) chosen by
+``meta.json``'s ``env``; unknown environments use the generic lexicon (format and reasoning rules
+only, no actions or entities) with a warning.
 """
 
 from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from diagnostics.words import is_tag, word_type
+from ocsd.environments import environment_names, get_environment
+from ocsd.environments.lexicon import Lexicon
 
-__all__ = ["ROLES", "Lexicon", "register_lexicon", "get_lexicon", "assign_roles", "alfworld_vocabulary"]
+__all__ = ["ROLES", "get_lexicon", "assign_roles"]
 
 ROLES = ("Format", "Action", "Entity/State", "Reasoning", "Other")
 
@@ -51,190 +52,17 @@ TEMPLATE_FIELDS = frozenset({
 })
 _MARKUP_RE = re.compile(r"^[*#`>|\-_=~\[\](){}]+$")
 
-CONNECTIVES = frozenset({
-    "because", "since", "however", "therefore", "thus", "hence", "so", "but", "although", "though",
-    "whereas", "while", "if", "then", "otherwise", "unless", "instead", "first", "firstly", "next",
-    "finally", "also", "yet", "consequently", "moreover", "furthermore", "meanwhile", "after", "before",
-    "once", "until", "besides", "nevertheless", "nonetheless", "accordingly", "whether", "either",
-    "neither", "rather", "still", "secondly", "lastly", "afterwards", "given", "hmm", "wait",
-})
-
-STATE_WORDS = frozenset({
-    "open", "opened", "closed", "clean", "cleaned", "dirty", "hot", "heated", "cold", "cool", "cooled",
-    "sliced", "on", "off", "empty", "full", "toggled", "filled", "broken", "warm", "wet", "dry", "lit",
-    "unlit", "inside", "holding", "carrying", "nothing", "locked", "unlocked",
-})
-
-
-def _inflect(verbs: dict[str, tuple[str, ...]]) -> frozenset:
-    words = set()
-    for base, forms in verbs.items():
-        words.add(base)
-        words.update(forms)
-    return frozenset(words)
-
-
-ALFWORLD_ACTIONS = _inflect({
-    "go": ("goes", "going", "went"), "take": ("takes", "taking", "took"), "put": ("puts", "putting"),
-    "move": ("moves", "moving", "moved"), "open": ("opens", "opening"), "close": ("closes", "closing"),
-    "toggle": ("toggles", "toggling"), "use": ("uses", "using", "used"), "heat": ("heats", "heating"),
-    "cool": ("cools", "cooling"), "clean": ("cleans", "cleaning"), "examine": ("examines", "examining",
-    "examined"), "inventory": (), "look": ("looks", "looking", "looked"), "slice": ("slices", "slicing"),
-    "pick": ("picks", "picking", "picked"), "place": ("places", "placing", "placed"),
-})
-
-# Object and receptacle classes of the ALFWorld engine (alfworld.gen.constants OBJECTS and
-# RECEPTACLES), written lower-case as the text game prints them. Used when alfworld is not installed.
-_ALFWORLD_CLASSES = """
-alarmclock apple armchair baseballbat basketball bathtub bathtubbasin bed blinds book boots bowl box
-bread butterknife cabinet candle cart cd cellphone chair cloth coffeemachine countertop creditcard cup
-curtains desk desklamp dishsponge drawer dresser egg floorlamp footstool fork fridge garbagecan
-glassbottle handtowel handtowelholder houseplant kettle keychain knife ladle laptop laundryhamper
-laundryhamperlid lettuce lightswitch microwave mirror mug newspaper ottoman painting paintinghanger pan
-papertowel papertowelroll pen pencil peppershaker pillow plate plunger poster pot potato remotecontrol
-safe saltshaker scrubbrush shelf showerdoor showerglass sink sinkbasin soapbar soapbottle sofa spatula
-spoon spraybottle statue stoveburner stoveknob diningtable coffeetable sidetable teddybear television
-tennisracket tissuebox toaster toilet toiletpaper toiletpaperhanger toiletpaperroll tomato towel
-towelholder tvstand vase watch wateringcan window winebottle faucet
-""".split()
-# Parts of compound class names that read as entities on their own ("counter top" -> "counter").
-_ALFWORLD_PARTS = """
-alarm clock baseball bat basket ball bath tub basin butter cell phone coffee machine counter credit card
-lamp dish sponge floor foot stool garbage glass bottle hand holder house plant key chain laundry hamper
-lid light switch paper towel roll pepper shaker remote control salt scrub brush shower door soap bar
-spray stove burner knob dining table side teddy bear tennis racket tissue toilet hanger tv stand
-watering wine room sponge
-""".split()
-
-
-def _plural(word: str) -> str:
-    if word.endswith(("s", "x", "ch", "sh")):
-        return word + "es"
-    if word.endswith("fe"):
-        return word[:-2] + "ves"
-    if word.endswith("f"):
-        return word[:-1] + "ves"
-    if word.endswith("y") and word[-2:-1] not in "aeiou":
-        return word[:-1] + "ies"
-    return word + "s"
-
-
-def alfworld_vocabulary() -> tuple[frozenset, str]:
-    """ALFWorld entity words and where they came from (``"alfworld"`` or ``"built-in"``).
-
-    Taken from ``alfworld.gen.constants`` (``OBJECTS``, ``RECEPTACLES``, sliced variants) when the
-    package imports, otherwise from the built-in copy of that vocabulary. Plurals and the parts of
-    compound names are added.
-    """
-    source = "built-in"
-    classes = set(_ALFWORLD_CLASSES)
-    try:
-        from alfworld.gen import constants  # type: ignore
-
-        names = set(getattr(constants, "OBJECTS", [])) | set(getattr(constants, "RECEPTACLES", []))
-        names |= set(getattr(constants, "OBJECTS_WSLICED", []))
-        if names:
-            classes = {n.lower() for n in names}
-            source = "alfworld"
-    except Exception:  # not installed, or its import needs optional parts
-        pass
-    words = set(classes)
-    words.update(_plural(w) for w in classes)
-    words.update(_ALFWORLD_PARTS)
-    words.update(_plural(w) for w in _ALFWORLD_PARTS)
-    words.discard("can")  # "garbage can" -> keep the modal verb out
-    return frozenset(words), source
-
-
-@dataclass(frozen=True)
-class Lexicon:
-    """Word lists of one environment.
-
-    Attributes
-    ----------
-    env : str
-        Environment name as in ``meta.json``.
-    actions : frozenset of str
-        Action verbs (all inflected forms listed).
-    entities : frozenset of str
-        Entity words.
-    states : frozenset of str
-        State words.
-    connectives : frozenset of str
-        Reasoning connectives.
-    argument_tags : tuple of str
-        Tags whose enclosed words are Entity/State unless Format or Action.
-    proper_nouns : bool
-        Capitalised words that do not start a sentence are Entity/State.
-    source : str
-        Where the entity list came from.
-    """
-
-    env: str
-    actions: frozenset = frozenset()
-    entities: frozenset = frozenset()
-    states: frozenset = STATE_WORDS
-    connectives: frozenset = CONNECTIVES
-    argument_tags: tuple = ()
-    proper_nouns: bool = False
-    source: str = "built-in"
-
-    def __post_init__(self):
-        for name in ("actions", "entities", "states", "connectives"):
-            value = getattr(self, name)
-            if not isinstance(value, frozenset) or not all(isinstance(w, str) and w == w.lower() for w in value):
-                raise ValueError(f"Lexicon.{name} must be a frozenset of lower-case strings")
-
-
-_REGISTRY: dict[str, Callable[[], Lexicon]] = {}
-
-
-def register_lexicon(env: str) -> Callable:
-    """Decorator registering a zero-argument factory returning the :class:`Lexicon` of ``env``."""
-    def wrap(factory: Callable[[], Lexicon]) -> Callable[[], Lexicon]:
-        _REGISTRY[env.lower()] = factory
-        return factory
-    return wrap
-
 
 def get_lexicon(env: str | None) -> Lexicon:
-    """The registered lexicon of ``env``; the generic one (with a warning) for unknown names."""
-    key = (env or "").lower()
-    if key in _REGISTRY:
-        return _REGISTRY[key]()
-    warnings.warn(f"no functional-role lexicon for env {env!r} (known: {sorted(_REGISTRY)}); "
-                  f"using format and reasoning rules only", UserWarning, stacklevel=2)
-    return Lexicon(env=str(env))
-
-
-@register_lexicon("alfworld")
-def _alfworld() -> Lexicon:
-    entities, source = alfworld_vocabulary()
-    return Lexicon(env="alfworld", actions=ALFWORLD_ACTIONS, entities=entities, source=source)
-
-
-@register_lexicon("webshop")
-def _webshop() -> Lexicon:
-    actions = _inflect({"search": ("searches", "searching", "searched"), "click": ("clicks", "clicking",
-                        "clicked"), "buy": ("buys", "buying", "bought"), "purchase": ("purchases", "purchasing"),
-                        "select": ("selects", "selecting"), "choose": ("chooses", "choosing", "chose"),
-                        "back": (), "prev": (), "next": ()})
-    entities = frozenset("""product products item items price prices size sizes color colors colour colours
-        option options result results page pages brand brands pack packs count quantity dollars dollar
-        material style flavor flavors scent description features reviews attributes instruction
-        """.split())
-    states = STATE_WORDS | frozenset("available selected cheaper lower higher matching matched".split())
-    connectives = CONNECTIVES - {"next"}
-    return Lexicon(env="webshop", actions=actions, entities=entities, states=states, connectives=connectives)
-
-
-@register_lexicon("searchqa")
-def _searchqa() -> Lexicon:
-    actions = _inflect({"search": ("searches", "searching", "searched"), "answer": ("answers", "answering",
-                        "answered"), "query": ("queries", "querying"), "look": ("looks", "looking"),
-                        "find": ("finds", "finding", "found"), "retrieve": ("retrieves", "retrieving")})
-    return Lexicon(env="searchqa", actions=actions, argument_tags=("search", "answer"), proper_nouns=True,
-                   states=frozenset())
+    """The role lexicon of a registered environment (name or alias, as ``meta.json``'s ``env``); the
+    generic one (format and reasoning rules only), with a warning, for an unknown name."""
+    try:
+        spec = get_environment(env or "")
+    except ValueError:
+        warnings.warn(f"no functional-role lexicon for env {env!r} (known: {sorted(environment_names())}); "
+                      f"using format and reasoning rules only", UserWarning, stacklevel=2)
+        return Lexicon(env=str(env))
+    return spec.lexicon()
 
 
 def _type_role(wtype: str, surface: str, lex: Lexicon) -> int:

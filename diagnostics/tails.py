@@ -35,7 +35,7 @@ import pandas as pd
 
 from diagnostics.load import DiagData, DiagnosticsError
 from diagnostics.options import command_parser, load_args
-from diagnostics.roles import Lexicon
+from ocsd.environments.lexicon import Lexicon
 from diagnostics.wordtable import word_table
 from ocsd.cli import emit, format_table, run_main
 

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 
 from diagnostics.load import DiagData
-from diagnostics.roles import ROLES, Lexicon, assign_roles, get_lexicon
+from diagnostics.roles import ROLES, assign_roles, get_lexicon
+from ocsd.environments.lexicon import Lexicon
 from diagnostics.words import segment_words, word_means, word_type
 
 __all__ = ["word_table"]

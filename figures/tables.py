@@ -25,6 +25,7 @@ from diagnostics.runs import VAL_OVERALL, VAL_PREFIX, SeedStats, last_validation
 from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, check_run_dir, load_runs, method_label,
                              read_json_file)
 from ocsd.cli import run_main
+from ocsd.environments import get_environment
 
 __all__ = ["read_index", "collect", "aggregate", "to_markdown", "to_latex", "build", "main"]
 
@@ -32,8 +33,15 @@ NAME = "table_main"
 TASK_NAMES = {"pick": "Pick", "look": "Look", "clean": "Clean", "heat": "Heat", "cool": "Cool", "pick2": "Pick2"}
 """ALFWorld task types in the paper's column order."""
 OVERALL = "Overall"
-ENV_NAMES = {"alfworld": "ALFWorld", "webshop": "WebShop", "searchqa": "Search-QA"}
 FAILED = {"failed", "error", "crashed", "killed", "timeout", "timed_out"}
+
+
+def _display_name(env: str) -> str:
+    """The environment's display name from the registry (the raw name when it is not registered)."""
+    try:
+        return get_environment(env).display_name
+    except ValueError:
+        return env
 
 
 def read_index(path) -> tuple[list[dict], list[str]]:
@@ -220,7 +228,7 @@ def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", na
     if fmt in ("latex", "both"):
         written.append(out_dir / f"{name}.tex")
         envs = sorted({str(r.info.get("env")) for r in runs if r.info.get("env")})
-        env = ENV_NAMES.get(envs[0], envs[0]) if len(envs) == 1 else "the benchmarks"
+        env = _display_name(envs[0]) if len(envs) == 1 else "the benchmarks"
         caption = f"Validation success (\\%) on {env}, mean $\\pm$ std over seeds."
         written[-1].write_text(to_latex(labels, columns, cells, caption=caption) + "\n")
     return written

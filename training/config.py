@@ -17,8 +17,7 @@ from typing import Any, Sequence
 import yaml
 
 from ocsd.algorithm.methods import METHODS
-
-ENV_NAMES = ("alfworld",)
+from ocsd.environments import RuntimeNotImplemented, environment_names, get_environment
 
 
 class ConfigError(ValueError):
@@ -99,8 +98,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ConfigError(f"method: unknown {self.method!r}; known: {', '.join(METHODS)}")
-        if self.env not in ENV_NAMES:
-            raise ConfigError(f"env: unknown {self.env!r}; known: {', '.join(ENV_NAMES)}")
+        if self.env not in environment_names():
+            raise ConfigError(f"env: unknown {self.env!r}; known: {', '.join(environment_names())}")
+        try:
+            get_environment(self.env).check_runtime()
+        except RuntimeNotImplemented as exc:
+            raise ConfigError(f"env: {exc}") from None
         checks = [
             ("rho", 0.0 < self.rho <= 1.0, "must be in (0, 1]"),
             ("beta", 0.0 <= self.beta <= 1.0, "must be in [0, 1]"),

@@ -8,8 +8,9 @@ table, or one JSON object with ``--json``; ``--out`` writes ``eval.json`` next t
 Evaluation games: real games of ``--split`` from ``--data`` or ``$ALFWORLD_DATA`` (the ALFWorld release's
 ``valid_seen`` has 140 solvable games), else generated validation games in ``games_dir``.
 
-Environments plug in through :data:`EVAL_PROTOCOLS` (step cap, task loader and metrics function by
-environment name); ALFWorld is the one implemented.
+The protocol is the environment's registry entry (:mod:`ocsd.environments`: step cap, splits, metric
+names) and its runtime (evaluation tasks and metrics, :class:`training.envs.runtime.EnvironmentRuntime`);
+ALFWorld is the one with a runtime.
 """
 
 from __future__ import annotations
@@ -18,103 +19,40 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
-from training.collect import UsageError, build_config, resolve_model_source
-
-# ----------------------------------------------------------------------------------------------
-# per-environment protocol registry
-# ----------------------------------------------------------------------------------------------
+from ocsd.cli import UsageError, positive_int
+from ocsd.environments import EnvironmentSpec, RuntimeNotImplemented, environment_names, get_environment
+from training.collect import build_config, resolve_model_source
 
 
-@dataclass(frozen=True)
-class EvalProtocol:
-    """How one environment is evaluated.
+def evaluate(runner, games, *, global_step: int, spec: EnvironmentSpec, runtime) -> dict:
+    """Greedy episodes on every task of ``games.valid``; the runtime's metrics plus wall time.
 
-    Attributes
+    Parameters
     ----------
-    env : str
-        Environment name (a key of ``training.config.ENV_NAMES``).
-    max_steps : int
-        Interaction step cap per episode.
-    splits : tuple of str
-        Evaluation splits of the real data.
-    load_tasks : callable
-        ``load_tasks(cfg, split, n) -> (games, origin)``: a games object with ``make_env`` (as
-        :class:`training.envs.games.GameSource`) whose ``valid`` list holds the evaluation tasks, and a
-        description of where they came from.
-    metrics : callable
-        ``metrics(trajectories) -> dict`` with at least ``success_rate`` in [0, 1] and ``per_type``
-        (``{type: {"n", "successes", "success_rate"}}``).
+    runner : training.policy.Policy
+        Collects the episodes (``runner.collect``).
+    games : task source
+        Its ``valid`` list holds the evaluation tasks.
+    global_step : int
+        The checkpoint's step (names the episodes).
+    spec : EnvironmentSpec
+        The environment; its evaluation protocol names the metrics the result must have.
+    runtime : training.envs.runtime.EnvironmentRuntime
+        The environment's runtime, whose ``metrics`` summarise the episodes.
+
+    Raises
+    ------
+    ValueError
+        If the runtime's metrics lack one of the protocol's metric names.
     """
-
-    env: str
-    max_steps: int
-    splits: tuple[str, ...]
-    load_tasks: Callable
-    metrics: Callable[[Sequence], dict]
-
-
-EVAL_PROTOCOLS: dict[str, EvalProtocol] = {}
-
-
-def register_protocol(protocol: EvalProtocol) -> EvalProtocol:
-    """Add an environment's evaluation protocol; names are unique."""
-    if protocol.env in EVAL_PROTOCOLS:
-        raise ValueError(f"evaluation protocol {protocol.env!r} is already registered")
-    EVAL_PROTOCOLS[protocol.env] = protocol
-    return protocol
-
-
-def success_metrics(trajs: Sequence) -> dict:
-    """Success overall and per task type of finished trajectories (``won``, ``task_type``, ``steps``).
-
-    Returns
-    -------
-    dict
-        ``n``, ``successes``, ``success_rate``, ``per_type`` {type: {n, successes, success_rate}},
-        ``mean_steps`` and ``invalid_action_rate`` (steps without a well-formed action).
-    """
-    per_type: dict[str, dict] = {}
-    for t in trajs:
-        row = per_type.setdefault(t.task_type, {"n": 0, "successes": 0})
-        row["n"] += 1
-        row["successes"] += int(bool(t.won))
-    for row in per_type.values():
-        row["success_rate"] = row["successes"] / row["n"]
-    n = len(trajs)
-    steps = [s for t in trajs for s in t.steps]
-    return {"n": n, "successes": sum(int(bool(t.won)) for t in trajs),
-            "success_rate": sum(int(bool(t.won)) for t in trajs) / n if n else float("nan"),
-            "per_type": dict(sorted(per_type.items())),
-            "mean_steps": sum(len(t.steps) for t in trajs) / n if n else float("nan"),
-            "invalid_action_rate": sum(not s.well_formed for s in steps) / len(steps) if steps else float("nan")}
-
-
-def _alfworld_tasks(cfg, split: str | None, n: int | None):
-    from training.envs.games import GameSource
-
-    games = GameSource.from_config(cfg, train=False, val_split=split, n_valid=n)
-    origin = f"{games.origin}:{split or cfg.val_split}" if cfg.data_root else f"{games.origin}:valid"
-    return games, origin
-
-
-register_protocol(EvalProtocol(env="alfworld", max_steps=50, splits=("valid_seen", "valid_unseen"),
-                               load_tasks=_alfworld_tasks, metrics=success_metrics))
-
-
-# ----------------------------------------------------------------------------------------------
-# evaluation
-# ----------------------------------------------------------------------------------------------
-
-
-def evaluate(runner, games, *, global_step: int, protocol: EvalProtocol) -> dict:
-    """Greedy episodes on every task of ``games.valid``; the protocol's metrics plus wall time."""
     start = time.perf_counter()
     trajs = runner.collect(global_step, list(games.valid), train=False, desc="evaluation")
-    out = protocol.metrics(trajs)
+    out = runtime.metrics(trajs)
+    missing = [m for m in spec.evaluation.metrics if m not in out]
+    if missing:
+        raise ValueError(f"environment {spec.name!r}: the runtime's metrics lack {missing}")
     out["time_s"] = time.perf_counter() - start
     return out
 
@@ -144,18 +82,14 @@ def _out_path(out: bool, out_file: str | None, checkpoint: Path | None) -> Path 
 
 
 def _parser() -> argparse.ArgumentParser:
-    from training.config import ENV_NAMES
-
-    from training.collect import _positive
-
     p = argparse.ArgumentParser(prog="python -m training.evaluate", description=__doc__.split("\n\n")[0])
     p.add_argument("--ckpt", required=True,
                    help="checkpoint (global_step_N or its actor/), run folder (last checkpoint), local Hugging "
                         "Face folder, 'smollm2' or 'tiny'")
-    p.add_argument("--env", default="alfworld", choices=ENV_NAMES, help="environment (default alfworld)")
-    p.add_argument("--tasks", type=_positive("--tasks"), default=None,
+    p.add_argument("--env", default="alfworld", choices=environment_names(), help="environment (default alfworld)")
+    p.add_argument("--tasks", type=positive_int("--tasks"), default=None,
                    help="evaluate the first N tasks (default: all of the split; generated: n_val_games)")
-    p.add_argument("--split", default=None, help="real-data split (ALFWorld: valid_seen or valid_unseen)")
+    p.add_argument("--split", default=None, help="evaluation split (ALFWorld: valid_seen or valid_unseen)")
     p.add_argument("--data", help="real data folder (else $ALFWORLD_DATA, else generated games)")
     p.add_argument("--seed", type=int, default=None, help="seed (tiny model weights, generated games)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -171,11 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     from training.config import ConfigError, parse_overrides
 
     try:
-        protocol = EVAL_PROTOCOLS.get(args.env)
-        if protocol is None:
-            raise UsageError(f"--env: no evaluation protocol for {args.env!r}; known: {', '.join(EVAL_PROTOCOLS)}")
-        if args.split is not None and args.split not in protocol.splits:
-            raise UsageError(f"--split: {args.split!r} is not one of {', '.join(protocol.splits)}")
+        spec = get_environment(args.env)
+        try:
+            runtime = spec.load_runtime()
+        except RuntimeNotImplemented as exc:
+            raise UsageError(f"--env: {exc}") from None
+        splits = spec.evaluation.splits
+        if args.split is not None and args.split not in splits:
+            raise UsageError(f"--split: {args.split!r} is not one of {', '.join(splits)}")
         if args.data is not None and not Path(args.data).expanduser().is_dir():
             raise UsageError(f"--data: folder {args.data!r} does not exist")
         source = resolve_model_source(args.ckpt, flag="--ckpt")
@@ -184,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--out: {out.parent} is not a folder")
         overrides = parse_overrides(args.overrides)
         flags = dict(env=args.env, data=args.data, seed=args.seed, group_size=1,
-                     max_steps=None if "max_steps" in overrides else protocol.max_steps)
+                     max_steps=None if "max_steps" in overrides else spec.max_steps)
         if args.tasks is not None:
             flags["n_val_games"] = args.tasks
         cfg = build_config(source, config_path=args.config, overrides=args.overrides, flags=flags)
@@ -192,11 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    from training.envs.alfworld import AlfworldDataError
-
     try:
-        games, origin = protocol.load_tasks(cfg, args.split, args.tasks)
-    except AlfworldDataError as exc:
+        games, origin = runtime.evaluation_tasks(cfg, args.split, args.tasks)
+    except runtime.data_error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not games.valid:
@@ -205,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     from training.policy import Policy
 
     runner = Policy(cfg, games)
-    metrics = evaluate(runner, games, global_step=source.global_step, protocol=protocol)
+    metrics = evaluate(runner, games, global_step=source.global_step, spec=spec, runtime=runtime)
     result = {"model": source.spec, "checkpoint": str(source.checkpoint) if source.checkpoint else None,
               "global_step": source.global_step, "env": cfg.env, "tasks_from": origin, "split": args.split,
               "max_steps": cfg.max_steps, "max_response_length": cfg.max_response_length, "greedy": True,

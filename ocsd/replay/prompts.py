@@ -2,12 +2,14 @@
 
 Three layers, all text-in, text-out except the last:
 
-1. :func:`interaction_text` fills the benchmark's interaction template (ALFWorld, WebShop,
-   Search-QA; the paper's tables transcribed verbatim in :data:`TEMPLATES`) from a task, the step
+1. :func:`interaction_text` fills an environment's interaction template (the paper's tables,
+   transcribed verbatim in the environment registry :mod:`ocsd.environments`) from a task, the step
    count, the shown history, the current observation and the admissible actions. With
-   ``replay=True`` it returns the wording that the replay-scoring tables use (see below).
-2. :func:`parse_output` reads a model output: the action, whether the output was well formed, and the
-   action's family. It never raises.
+   ``replay=True`` it returns the wording that the replay-scoring tables use (the environment's
+   ``replay_wording``: ALFWorld and WebShop read "choose an admissible action for **the** current
+   step" where the interaction table reads "for current step"; Search-QA has no such sentence).
+2. :func:`parse_output` reads a model output with the environment's parser: the action, whether the
+   output was well formed, and the action's family. It never raises.
 3. :class:`PromptRenderer` wraps a tokenizer and turns user-message text into chat-templated prompt
    ids (``enable_thinking=False`` where the template knows the switch, as for Qwen3).
 
@@ -17,22 +19,9 @@ Field formats (the paper gives the templates, not the field formats; these are t
   ``{current_step}`` is k + 1.
 * ``{history_length}`` is the number of (observation, action) pairs actually shown, which is at
   most k (fewer when the history window or prompt-length truncation dropped older pairs).
-* ALFWorld / WebShop ``{action_history}``: for each shown pair, in order, a new line
-  ``[Observation n: '<observation>', Action n: '<action>']`` with n the 1-based step number of the
-  pair; empty when no pair is shown.
-* ``{admissible_actions}``: each action in single quotes, joined by a newline and a space.
-* Search-QA ``{memory_context}``: for each shown step, the action as executed (``<search>q</search>``)
-  and, on the next line, the observation it returned wrapped as ``<information>...</information>``
-  (left as is when it is already wrapped); steps joined by a newline; empty at the first step. The
-  Search-QA template has no current-observation field: the observation returned by the last shown
-  action is the current observation.
-
-Replay wording
---------------
-The paper's replay-scoring tables (Full and Observation-Ablated, ALFWorld) reproduce the
-interaction prompt but read "choose an admissible action for **the** current step" where the
-interaction table reads "for current step". ``replay=True`` applies exactly this change; WebShop's
-template has the same sentence and gets the same change, Search-QA's has no such sentence.
+* The fields that show the history (ALFWorld and WebShop ``{action_history}`` and
+  ``{admissible_actions}``, Search-QA ``{memory_context}``) come from the environment's
+  ``template_fields``; :mod:`ocsd.environments.formats` describes their formats.
 
 Tokenisation
 ------------
@@ -48,93 +37,16 @@ list of text segments, which is what makes replay views provably structure-match
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from ocsd.replay.schemas import action_family, canonical_env
+from ocsd.environments import get_environment
+from ocsd.environments.formats import ParsedOutput
 
-__all__ = [
-    "DEFAULT_HISTORY_LENGTH",
-    "ParsedOutput",
-    "PromptRenderer",
-    "REPLAY_WORDING",
-    "Segment",
-    "SegmentationError",
-    "TEMPLATES",
-    "format_action_history",
-    "format_admissible",
-    "format_memory",
-    "interaction_text",
-    "parse_output",
-]
-
-TEMPLATES: dict[str, str] = {
-    "alfworld": (
-        "You are an expert agent operating in the ALFRED Embodied Environment. "
-        "Your task is to: {task_description}\n"
-        "Prior to this step, you have already taken {step_count} step(s). Below are the most recent "
-        "{history_length} observations and the corresponding actions you took: {action_history}\n"
-        "You are now at step {current_step} and your current observation is: {current_observation}\n"
-        "Your admissible actions of the current situation are: [{admissible_actions}].\n"
-        "\n"
-        "Now it's your turn to take an action.\n"
-        "You should first reason step-by-step about the current situation. This reasoning process "
-        "MUST be enclosed within <reason> </reason> tags.\n"
-        "Once you've finished your reasoning, you should choose an admissible action for current "
-        "step and present it within <action> </action> tags."
-    ),
-    "webshop": (
-        "You are an expert autonomous agent operating in the WebShop e-commerce environment.\n"
-        "Your task is to: {task_description}.\n"
-        "Prior to this step, you have already taken {step_count} step(s). Below are the most recent "
-        "{history_length} observations and the corresponding actions you took: {action_history}\n"
-        "You are now at step {current_step} and your current observation is: {current_observation}.\n"
-        "Your admissible actions of the current situation are: [{admissible_actions}].\n"
-        "\n"
-        "Now it's your turn to take one action for the current step.\n"
-        "You should first reason step-by-step about the current situation, then think carefully which "
-        "admissible action best advances the shopping goal. This reasoning process MUST be enclosed "
-        "within <reason> </reason> tags.\n"
-        "Once you've finished your reasoning, you should choose an admissible action for current "
-        "step and present it within <action> </action> tags."
-    ),
-    "searchqa": (
-        "You are an expert agent tasked with answering the given question step-by-step.\n"
-        "Your question: {task_description}\n"
-        "\n"
-        "Prior to this step, you have already taken {step_count} step(s). Below is the interaction "
-        "history where <search> </search> wrapped your past search queries and <information> "
-        "</information> wrapped the corresponding search results returned by the external search "
-        "engine. History:\n"
-        "{memory_context}\n"
-        "\n"
-        "Now it's your turn to respond for the current step.\n"
-        "You should first conduct reasoning process. This process MUST be enclosed within "
-        "<reason> </reason> tags.\n"
-        "After completing your reasoning, choose only one of the following actions (do not perform "
-        "both):\n"
-        "(1) If you find you lack some knowledge, you can call a search engine to get more external "
-        "information using format: <search> your query </search>.\n"
-        "(2) If you have enough knowledge to answer the question confidently, provide your final "
-        "answer within <answer> </answer> tags, without detailed illustrations. For example, "
-        "<answer>Beijing</answer>."
-    ),
-}
-"""Interaction templates of the paper's tables, per canonical environment name."""
-
-REPLAY_WORDING: dict[str, tuple[str, str]] = {
-    "alfworld": ("an admissible action for current step", "an admissible action for the current step"),
-    "webshop": ("an admissible action for current step", "an admissible action for the current step"),
-}
-"""(interaction wording, replay wording) substituted by ``interaction_text(..., replay=True)``."""
-
-DEFAULT_HISTORY_LENGTH: dict[str, int | None] = {"alfworld": 2, "webshop": 2, "searchqa": None}
-"""Default number of most recent (observation, action) pairs shown; ``None`` shows all
-(Search-QA episodes have at most 4 steps)."""
+__all__ = ["PromptRenderer", "Segment", "SegmentationError", "interaction_text", "parse_output"]
 
 History = Sequence[tuple[str, str]]
 
@@ -146,37 +58,6 @@ def _window(history: History, history_length: int | None) -> list[tuple[str, str
     if history_length < 0:
         raise ValueError(f"history_length must be >= 0 or None, got {history_length}")
     return pairs[len(pairs) - history_length:] if history_length else []
-
-
-def format_action_history(history: History, step_count: int) -> str:
-    """ALFWorld/WebShop ``{action_history}``: one ``\\n[Observation n: '...', Action n: '...']``
-    line per shown pair; ``n`` counts from ``step_count - len(history) + 1``."""
-    start = step_count - len(history)
-    return "".join(
-        f"\n[Observation {start + j + 1}: '{obs}', Action {start + j + 1}: '{act}']"
-        for j, (obs, act) in enumerate(history)
-    )
-
-
-def format_admissible(actions: Iterable[str]) -> str:
-    """``{admissible_actions}``: each action in single quotes, joined by ``"\\n "``."""
-    return "\n ".join(f"'{a}'" for a in actions)
-
-
-def format_memory(history: History, current_obs: str) -> str:
-    """Search-QA ``{memory_context}`` from the shown pairs (o_j, a_j) and the current observation.
-
-    Each step shows a_j and the observation that followed it (o_{j+1}: the next pair's observation,
-    or ``current_obs`` for the last pair).
-    """
-    lines = []
-    for j, (_, act) in enumerate(history):
-        after = history[j + 1][0] if j + 1 < len(history) else current_obs
-        info = after.strip()
-        if not (info.startswith("<information>") and info.endswith("</information>")):
-            info = f"<information>{info}</information>"
-        lines.append(f"{act}\n{info}")
-    return "\n".join(lines)
 
 
 def interaction_text(
@@ -195,7 +76,7 @@ def interaction_text(
     Parameters
     ----------
     env : str
-        ``alfworld``, ``webshop`` or ``searchqa`` (aliases as in :func:`ocsd.replay.schemas.canonical_env`).
+        A registered environment's name or alias (:func:`ocsd.environments.get_environment`).
     task : str
         Task description (``{task_description}``).
     step_idx : int
@@ -205,18 +86,18 @@ def interaction_text(
     current_obs : str
         o_k.
     admissible_actions : sequence of str
-        Admissible actions (ALFWorld, WebShop; ignored by Search-QA).
+        Admissible actions (shown by templates that have the field, ignored by the others).
     history_length : int or None
         Show only the most recent ``history_length`` pairs of ``history``; ``None`` shows all.
     replay : bool
-        Use the replay-scoring tables' wording (:data:`REPLAY_WORDING`).
+        Use the replay-scoring tables' wording (the environment's ``replay_wording``).
 
     Returns
     -------
     str
         The filled template, without leading or trailing whitespace added.
     """
-    env = canonical_env(env)
+    spec = get_environment(env)
     if step_idx < 0:
         raise ValueError(f"step_idx must be >= 0, got {step_idx}")
     if len(history) > step_idx:
@@ -228,106 +109,23 @@ def interaction_text(
         "history_length": len(shown),
         "current_step": step_idx + 1,
         "current_observation": current_obs,
+        **spec.template_fields(shown, step_idx, str(current_obs), admissible_actions),
     }
-    if env == "searchqa":
-        fields["memory_context"] = format_memory(shown, str(current_obs))
-    else:
-        fields["action_history"] = format_action_history(shown, step_idx)
-        fields["admissible_actions"] = format_admissible(admissible_actions)
-    text = TEMPLATES[env].format(**fields)
-    if replay and env in REPLAY_WORDING:
-        old, new = REPLAY_WORDING[env]
+    text = spec.template.format(**fields)
+    if replay and spec.replay_wording is not None:
+        old, new = spec.replay_wording
         head, sep, tail = text.rpartition(old)
         text = head + new + tail if sep else text
     return text
 
 
-# ----------------------------------------------------------------------------------------------
-# Output parsing
-# ----------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ParsedOutput:
-    """A parsed model output.
-
-    Attributes
-    ----------
-    action : str
-        The action to execute: ALFWorld, the text inside ``<action>`` with whitespace collapsed and
-        lower-cased; WebShop, the same without lower-casing; Search-QA, ``<search>q</search>`` or
-        ``<answer>x</answer>`` with the argument stripped. Empty when no action block was found.
-    well_formed : bool
-        Exactly one ``<reason>...</reason>`` block, followed by exactly one non-empty action block
-        (Search-QA: exactly one ``<search>`` or ``<answer>`` block, not both), with no unmatched tag.
-    kind : str
-        The action's family (:func:`ocsd.replay.schemas.action_family`), ``"other"`` for an action outside
-        the grammar, ``"invalid"`` when no action was found.
-    problem : str
-        Why the output is not well formed ("" when it is).
-    """
-
-    action: str
-    well_formed: bool
-    kind: str
-    problem: str = ""
-
-
-_REASON = re.compile(r"<reason>(.*?)</reason>", re.DOTALL)
-
-
-def _blocks(text: str, tag: str) -> list[re.Match[str]]:
-    return list(re.finditer(rf"<{tag}>(.*?)</{tag}>", text, re.DOTALL))
-
-
-def _tag_balance_problem(text: str, tags: Iterable[str]) -> str:
-    for tag in tags:
-        opened, closed = text.count(f"<{tag}>"), text.count(f"</{tag}>")
-        if opened != closed or opened != len(_blocks(text, tag)):
-            return f"unmatched <{tag}> tags"
-    return ""
-
-
 def parse_output(env: str, text: object) -> ParsedOutput:
     """Extract the action from a model output and judge its form. Never raises on any ``text``.
 
-    The first complete action block is used when there are several (the output is then not well
-    formed). See :class:`ParsedOutput` for the rules.
+    The environment's parser reads the output (:meth:`ocsd.environments.EnvironmentSpec.parse_output`);
+    see :class:`ocsd.environments.formats.ParsedOutput` for what is returned.
     """
-    env = canonical_env(env)
-    if not isinstance(text, str):
-        text = "" if text is None else str(text)
-    problems = []
-    reasons = _REASON.findall(text)
-    if len(reasons) != 1:
-        problems.append(f"{len(reasons)} <reason> blocks (need exactly 1)")
-    if env == "searchqa":
-        tags = ("reason", "search", "answer")
-        found = sorted(_blocks(text, "search") + _blocks(text, "answer"), key=lambda m: m.start())
-    else:
-        tags = ("reason", "action")
-        found = _blocks(text, "action")
-    balance = _tag_balance_problem(text, tags)
-    if balance:
-        problems.append(balance)
-    if not found:
-        problems.append("no action block")
-        return ParsedOutput("", False, "invalid", "; ".join(problems))
-    if len(found) > 1:
-        problems.append(f"{len(found)} action blocks (need exactly 1)")
-    first = found[0]
-    arg = re.sub(r"\s+", " ", first.group(1)).strip()
-    if not arg:
-        problems.append("empty action")
-        return ParsedOutput("", False, "invalid", "; ".join(problems))
-    reason_match = _REASON.search(text)
-    if reason_match is not None and reason_match.end() > first.start():
-        problems.append("action block before the end of the <reason> block")
-    if env == "searchqa":
-        tag = first.group(0)[1:first.group(0).index(">")]
-        action = f"<{tag}>{arg}</{tag}>"
-    else:
-        action = arg.lower() if env == "alfworld" else arg
-    return ParsedOutput(action, not problems, action_family(env, action), "; ".join(problems))
+    return get_environment(env).parse_output(text)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 
-from diagnostics.roles import ROLES, alfworld_vocabulary, assign_roles, get_lexicon
+from diagnostics.roles import ROLES, assign_roles, get_lexicon
 from diagnostics.words import segment_words, word_means, word_type
+from ocsd.environments import environment_names, get_environment
+from ocsd.environments.alfworld import alfworld_vocabulary
 
 
 def words_of(pieces):
@@ -79,6 +81,15 @@ def test_searchqa_argument_tags_and_proper_nouns():
     words = ["I", "need", "Paris.", "<search>", "capital", "of", "France", "</search>", "Then", "Obama", "said"]
     assert roles_of(words, "searchqa") == ["Other", "Other", "Entity/State", "Format", "Entity/State", "Entity/State",
                                            "Entity/State", "Format", "Reasoning", "Entity/State", "Other"]
+
+
+@pytest.mark.parametrize("env", environment_names())
+def test_lexicon_comes_from_the_environment_spec(env):
+    spec = get_environment(env)
+    assert get_lexicon(env) == spec.lexicon()
+    assert get_lexicon(env).env == env
+    for alias in spec.aliases:
+        assert get_lexicon(alias.upper()) == spec.lexicon()
 
 
 def test_unknown_env_warns():

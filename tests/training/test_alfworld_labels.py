@@ -1,9 +1,12 @@
-"""Label and operator rules shared by the environments."""
+"""Label and operator rules of the ALFWorld entry (its registry ``labels``)."""
 
 import pytest
 
-from training.envs.labels import (NO_EFFECT_TEMPLATES, feedback_label, operator_of,
-                                  progress_label)
+from ocsd.environments import get_environment
+from ocsd.environments.labels import NO_EFFECT_TEMPLATES, StepLabels
+from ocsd.records import FEEDBACK_LABELS, PROGRESS_LABELS
+
+LABELS = get_environment("alfworld").labels
 
 
 @pytest.mark.parametrize("action,op", [
@@ -12,7 +15,7 @@ from training.envs.labels import (NO_EFFECT_TEMPLATES, feedback_label, operator_
     ("  inventory", "inventory"), ("look", "look"), ("jump", "other"), ("", "other"),
 ])
 def test_operator_of(action, op):
-    assert operator_of(action) == op
+    assert LABELS.operator_of(action) == op
 
 
 @pytest.mark.parametrize("adm,fb,prog,fl,pl", [
@@ -24,10 +27,20 @@ def test_operator_of(action, op):
     (True, "You CANNOT do that.", True, "invalid", "invalid"),
 ])
 def test_labels(adm, fb, prog, fl, pl):
-    assert feedback_label(adm, fb, prog) == fl
-    assert progress_label(adm, fb, prog) == pl
+    assert LABELS.feedback_label(adm, fb, prog) == fl
+    assert LABELS.progress_label(adm, fb, prog) == pl
+    assert fl in FEEDBACK_LABELS and pl in PROGRESS_LABELS
 
 
 def test_every_template_makes_invalid():
+    assert LABELS.no_effect_templates == NO_EFFECT_TEMPLATES
     for t in NO_EFFECT_TEMPLATES:
-        assert feedback_label(True, f"x {t.upper()} y", True) == "invalid"
+        assert LABELS.feedback_label(True, f"x {t.upper()} y", True) == "invalid"
+
+
+def test_step_labels_validation():
+    with pytest.raises(ValueError, match="lower-case"):
+        StepLabels(operators=("Go",))
+    with pytest.raises(ValueError, match="no_effect_templates"):
+        StepLabels(no_effect_templates=["nothing happens"])
+    assert StepLabels().operator_of("go to desk 1") == "other"

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from training.evaluate import EVAL_PROTOCOLS, main, success_metrics
+from ocsd.environments import get_environment
+from training.envs.runtime import EnvironmentRuntime, success_metrics
+from training.evaluate import main
 from training.rollout import StepSample, Trajectory
 
 pytestmark = pytest.mark.usefixtures("no_user_data")
@@ -57,9 +60,21 @@ def test_real_valid_seen_split_is_found():
     from training.config import make_config
 
     cfg = make_config({"data": root, "progress": False})
-    games, origin = EVAL_PROTOCOLS["alfworld"].load_tasks(cfg, "valid_seen", None)
+    games, origin = get_environment("alfworld").load_runtime().evaluation_tasks(cfg, "valid_seen", None)
     assert len(games.valid) == 140 and origin.endswith(":valid_seen")
-    assert EVAL_PROTOCOLS["alfworld"].max_steps == 50
+    assert get_environment("alfworld").max_steps == 50
+
+
+def test_alfworld_runtime_resolves():
+    from training.envs.alfworld_engine import AlfworldDataError
+    from training.envs.games import GameSource
+
+    spec = get_environment("alfworld")
+    runtime = spec.load_runtime()
+    assert isinstance(runtime, EnvironmentRuntime)
+    assert runtime.task_source == GameSource.from_config and runtime.data_error is AlfworldDataError
+    assert runtime.metrics is success_metrics
+    assert "valid_seen" in spec.evaluation.splits and set(spec.evaluation.metrics) <= set(success_metrics([]))
 
 
 def test_success_metrics_against_counting():
@@ -83,10 +98,17 @@ def test_success_metrics_against_counting():
     (["--ckpt", "tiny", "--out"], "--out-file"),
     (["--ckpt", "tiny", "--data", "/no/such/data"], "--data"),
     (["--ckpt", "tiny", "lr=-1"], "lr"),
+    (["--ckpt", "tiny", "--env", "webshop"], "no runtime"),
 ])
 def test_flag_errors_exit_2(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_tasks_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--ckpt", "tiny", "--tasks", "0"])
+    assert info.value.code == 2 and "--tasks must be >= 1" in capsys.readouterr().err
 
 
 def test_cli_missing_split_has_no_traceback(tmp_path):
@@ -94,3 +116,12 @@ def test_cli_missing_split_has_no_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "training.evaluate", "--ckpt", "tiny", "--data", str(tmp_path),
                            "--split", "valid_unseen"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "valid_unseen" in proc.stderr
+
+
+@pytest.mark.parametrize("env,message", [("minecraft", "env: unknown 'minecraft'; known: alfworld, webshop, searchqa"),
+                                         ("webshop", "env: environment 'webshop' (WebShop) has no runtime")])
+def test_config_env_is_a_registered_environment_with_a_runtime(env, message):
+    from training.config import ConfigError, make_config
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        make_config({"env": env})

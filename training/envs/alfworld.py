@@ -27,11 +27,14 @@ Interface
 ``generate_games(out_dir, n, *, seed=0, split="train")``
     Real ``.tw-pddl`` games from the floor plans shipped with alfworld
     (:mod:`training.envs.alfworld_gen`), saved in the release layout.
-``operator_of(action)`` and the label rules live in :mod:`training.envs.labels`.
+``RUNTIME`` (:mod:`training.envs.alfworld_runtime`)
+    What the environment registry's ALFWorld entry names as its runtime: task loading, evaluation
+    tasks and metrics.
 
-Labels (paper appendix "Local-Feedback Labels"): ``invalid`` when the command is not admissible
-or the feedback contains a no-effect template; ``valid`` when it is accepted with progress; else
-``ambiguous``. Progress: the step reaches a world state (the engine's PDDL facts, less the
+Labels (paper appendix "Local-Feedback Labels", the text rules and the operators are the ``labels``
+of the registry's entry :data:`ocsd.environments.alfworld.ALFWORLD`): ``invalid`` when the command
+is not admissible or the feedback contains a no-effect template; ``valid`` when it is accepted with
+progress; else ``ambiguous``. Progress: the step reaches a world state (the engine's PDDL facts, less the
 ``checked`` bookkeeping of look/examine/inventory) not seen earlier in the episode. The reward
 is 1 on success else 0; the trainer subtracts its invalid-action penalty (``InvalidPenalty``).
 
@@ -49,23 +52,19 @@ import sys
 import time
 from dataclasses import dataclass
 
+from ocsd.environments.alfworld import ALFWORLD
 from training.envs.alfworld_batch import AlfworldBatchEnv
-from training.envs.alfworld_game import (SHORT_TASK_TYPES, TASK_TYPES, AlfworldDataError,
-                                         AlfworldGame, GameScan, GameSpec, Observation,
-                                         StepResult, data_root, expert_walkthrough, load_games,
-                                         play, read_game_file, scan_games, spec_of_file,
-                                         task_type_of_goal)
+from training.envs.alfworld_engine import AlfworldDataError
+from training.envs.alfworld_game import (SHORT_TASK_TYPES, TASK_TYPES, AlfworldGame, GameScan, GameSpec,
+                                         Observation, StepResult, data_root, expert_walkthrough, load_games,
+                                         play, read_game_file, scan_games, spec_of_file, task_type_of_goal)
 from training.envs.alfworld_gen import SPLITS, generate_game, generate_games
-from training.envs.labels import operator_of
-
-MAX_STEPS = 50
-"""ALFWorld's step cap (paper: at most 50 interaction steps)."""
 
 __all__ = [
     "AlfworldBatchEnv", "AlfworldDataError", "AlfworldGame", "GameScan", "GameSpec", "InvalidPenalty",
-    "MAX_STEPS", "Observation", "SHORT_TASK_TYPES", "SPLITS", "StepResult", "TASK_TYPES",
+    "Observation", "SHORT_TASK_TYPES", "SPLITS", "StepResult", "TASK_TYPES",
     "data_root", "expert_walkthrough", "generate_game", "generate_games", "load_games",
-    "operator_of", "play", "read_game_file", "scan_games", "spec_of_file", "task_type_of_goal",
+    "play", "read_game_file", "scan_games", "spec_of_file", "task_type_of_goal",
 ]
 
 
@@ -144,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("play", help="play a game file and print the labelled transcript")
     p.add_argument("gamefile")
     p.add_argument("--actions", default=None, help='"a; b; ..." (default: the planner walkthrough)')
-    p.add_argument("--max-steps", type=int, default=MAX_STEPS)
+    p.add_argument("--max-steps", type=int, default=ALFWORLD.max_steps)
     ls = sub.add_parser("list", help="list the solvable games of a data folder")
     ls.add_argument("--data", default=None, help="data folder (default $ALFWORLD_DATA)")
     ls.add_argument("--split", default=None)

@@ -6,6 +6,7 @@ import multiprocessing as mp
 import traceback
 from typing import Sequence
 
+from ocsd.environments.alfworld import ALFWORLD
 from training.envs.alfworld_game import AlfworldGame, GameSpec, Observation, StepResult
 
 
@@ -108,7 +109,7 @@ class AlfworldBatchEnv:
     specs_per_env : list of GameSpec
         One spec per environment; the trainer repeats a task G times for G rollouts.
     max_steps : int
-        Step cap per episode (50 for ALFWorld).
+        Step cap per episode (default: the registry's ALFWorld step cap, 50).
     num_workers : int
         0 plays every game in this process; N > 0 spreads them over N worker processes
         (``spawn``), which step in parallel.
@@ -123,7 +124,7 @@ class AlfworldBatchEnv:
     done ignores further actions and returns an inactive result (``active=False``).
     """
 
-    def __init__(self, specs_per_env: Sequence[GameSpec], *, max_steps: int = 50,
+    def __init__(self, specs_per_env: Sequence[GameSpec], *, max_steps: int = ALFWORLD.max_steps,
                  num_workers: int = 0, seed: int = 0) -> None:
         specs = list(specs_per_env)
         if not specs:

@@ -2,12 +2,13 @@
 
 Games are TextWorld PDDL files (``*.tw-pddl``: JSON with ``pddl_domain``, ``grammar``,
 ``pddl_problem``, ``solvable``) played by :class:`textworld.envs.pddl.PddlEnv` wrapped in
-alfworld's ``AlfredDemangler`` and ``AlfredInfos``. See :mod:`training.envs.alfworld` for the
-public interface.
+alfworld's ``AlfredDemangler`` and ``AlfredInfos`` (:mod:`training.envs.alfworld_engine`). See
+:mod:`training.envs.alfworld` for the public interface.
 
-Progress rule (used by the step labels): the engine's world state is its set of PDDL facts,
-without the bookkeeping facts ``checked`` (set by ``look``, ``inventory`` and ``examine``) and
-fast-downward's derived ``new-axiom@`` facts. An accepted step makes *progress* when it reaches a
+Progress rule (used by the step labels, whose text rules are the ``labels`` of the registry's
+ALFWorld entry, :data:`ocsd.environments.alfworld.ALFWORLD`): the engine's world state is its set
+of PDDL facts, without the bookkeeping facts ``checked`` (set by ``look``, ``inventory`` and
+``examine``) and fast-downward's derived ``new-axiom@`` facts. An accepted step makes *progress* when it reaches a
 world state that has not occurred earlier in the episode (the initial state included). Moving
 to a new place, opening, taking, putting, heating, cleaning, cooling and switching a lamp on are
 progress the first time; looking, examining, inventory and undoing a change (closing what was
@@ -16,15 +17,17 @@ just opened, walking back) are not.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training.envs.labels import feedback_label, operator_of, progress_label
+from ocsd.environments.alfworld import ALFWORLD
+from training.envs.alfworld_engine import (AlfworldDataError, close_engine, load_game, make_engine,
+                                           memoized_translation)
+
+_LABELS = ALFWORLD.labels
 
 # alfworld's ``alfworld.info`` sets ``ALFWORLD_DATA`` to this folder when it is unset.
 _ALFWORLD_DEFAULT_DATA = os.path.expanduser("~/.cache/alfworld")
@@ -58,10 +61,6 @@ SHORT_TASK_TYPES: tuple[str, ...] = tuple(TASK_TYPES.values())
 REQUIRED_KEYS: tuple[str, ...] = ("pddl_domain", "grammar", "pddl_problem")
 _TASK_RE = re.compile(r"Your task is to: (.*?)\s*\"")
 _IGNORED_PREDICATES = ("checked",)
-
-
-class AlfworldDataError(ValueError):
-    """A game file or data folder is missing, malformed or unplayable; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -273,95 +272,12 @@ def load_games(root: str | os.PathLike | None = None, *, split: str | None = Non
 
 
 # ---------------------------------------------------------------------------------------------
-# Engine
-
-
-@functools.lru_cache(maxsize=256)
-def _translate(domain: str, problem: str, verbose: bool, optimize: bool):
-    return _ORIGINAL_PDDL2SAS[0](domain, problem, verbose=verbose, optimize=optimize)
-
-
-_ORIGINAL_PDDL2SAS: list = []
-
-
-@contextlib.contextmanager
-def _memoized_translation():
-    """Reuse fast-downward's PDDL->SAS translation of identical problems within this process.
-
-    ``PddlState`` translates its problem twice on every load and reset (most of their cost); the
-    result depends only on the domain and problem strings and is only read afterwards.
-    """
-    import fast_downward
-
-    if not _ORIGINAL_PDDL2SAS:
-        _ORIGINAL_PDDL2SAS.append(fast_downward.pddl2sas)
-    original = fast_downward.pddl2sas
-
-    def cached(domain, problem, verbose=False, optimize=False):
-        return _translate(domain, problem, bool(verbose), bool(optimize))
-
-    fast_downward.pddl2sas = cached
-    try:
-        yield
-    finally:
-        fast_downward.pddl2sas = original
+# Playing a game
 
 
 def _world_state(facts) -> frozenset:
     return frozenset(str(f) for f in facts
                      if f.name not in _IGNORED_PREDICATES and not f.name.startswith("new-axiom@"))
-
-
-# Planner libraries of closed engines, reused by new ones (see _close_env).
-_FREE_LIBS: list = []
-
-
-def _make_env(walkthrough: bool = False):
-    import fast_downward
-    import textworld
-    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
-    from textworld.envs.pddl import PddlEnv
-
-    extras = ["gamefile"] + (["walkthrough"] if walkthrough else [])
-    infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=extras)
-    original = fast_downward.load_lib
-    fast_downward.load_lib = lambda: _FREE_LIBS.pop() if _FREE_LIBS else original()
-    try:
-        return AlfredInfos(AlfredDemangler(PddlEnv(infos)))
-    finally:
-        fast_downward.load_lib = original
-
-
-def _close_env(env) -> None:
-    """Close an engine, free its planner state and keep its library copy for the next engine.
-
-    Every engine loads a private 33 MB copy of fast-downward's library. Unloading a copy with
-    ``fast_downward.close_lib`` (``dlclose``) makes the process crash later, when another copy is
-    loaded or at interpreter exit (SIGSEGV); so closed engines hand their copy to new ones instead,
-    and a process holds at most as many copies as it ever had engines open at once.
-    """
-    lib = getattr(env, "downward_lib", None)
-    env.close()
-    if lib is not None:
-        lib.cleanup()
-        _FREE_LIBS.append(lib)
-
-
-def _load(env, path, label: str | None = None) -> None:
-    """Load a game file (or its JSON data, then ``label`` names it in errors)."""
-    if label is not None:
-        path_for_errors = label
-    else:
-        path_for_errors = path
-    try:
-        with _memoized_translation():
-            env.load(path)
-    except KeyError as exc:
-        raise AlfworldDataError(f"game file {path_for_errors} cannot be played: its goal is "
-                                f"unreachable (planner KeyError {exc})") from None
-    except Exception as exc:  # the PDDL parser and translator raise many types
-        raise AlfworldDataError(f"game file {path_for_errors} failed to load in the PDDL engine: "
-                                f"{type(exc).__name__}: {exc}") from None
 
 
 class AlfworldGame:
@@ -375,14 +291,14 @@ class AlfworldGame:
         Step cap; the step that reaches it ends the episode with ``truncated=True``.
     """
 
-    def __init__(self, spec: GameSpec | str | os.PathLike, *, max_steps: int = 50) -> None:
+    def __init__(self, spec: GameSpec | str | os.PathLike, *, max_steps: int = ALFWORLD.max_steps) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.spec = spec if isinstance(spec, GameSpec) else spec_of_file(spec)
         self.max_steps = int(max_steps)
         read_game_file(self.spec.path)
-        self._env = _make_env()
-        _load(self._env, self.spec.path)
+        self._env = make_engine()
+        load_game(self._env, self.spec.path)
         self._state = None
         self._seen: set[frozenset] = set()
         self._steps = 0
@@ -391,7 +307,7 @@ class AlfworldGame:
 
     def reset(self) -> Observation:
         """Start a fresh episode and return its first observation."""
-        with _memoized_translation():
+        with memoized_translation():
             self._state = self._env.reset()
         self._seen = {_world_state(self._state["_facts"])}
         self._steps, self._done, self._won = 0, False, False
@@ -411,7 +327,7 @@ class AlfworldGame:
         if self._done:
             return StepResult(action=action, obs="", reward=0.0, done=True, won=self._won,
                               admissible=[], feedback_label="ambiguous",
-                              progress_label="no_progress", operator=operator_of(action),
+                              progress_label="no_progress", operator=_LABELS.operator_of(action),
                               action_admissible=False, step=self._steps, active=False)
         admissible = action.strip() in self._state["admissible_commands"]
         self._state, _, _ = self._env.step(action)
@@ -426,16 +342,16 @@ class AlfworldGame:
         return StepResult(action=action, obs=feedback, reward=1.0 if self._won else 0.0,
                           done=self._done, won=self._won,
                           admissible=list(self._state["admissible_commands"]),
-                          feedback_label=feedback_label(admissible, feedback, progressed),
-                          progress_label=progress_label(admissible, feedback, progressed),
-                          operator=operator_of(action), action_admissible=admissible,
+                          feedback_label=_LABELS.feedback_label(admissible, feedback, progressed),
+                          progress_label=_LABELS.progress_label(admissible, feedback, progressed),
+                          operator=_LABELS.operator_of(action), action_admissible=admissible,
                           step=self._steps, truncated=truncated)
 
     def close(self) -> None:
         """Release the engine (its private copy of the planner library)."""
         env, self._env = self._env, None
         if env is not None:
-            _close_env(env)
+            close_engine(env)
 
 
 def goal_only_pickupable(pddl_problem: str) -> str:
@@ -453,18 +369,19 @@ def goal_only_pickupable(pddl_problem: str) -> str:
 
 
 def _planner_walkthrough(path: str, data: dict | None = None) -> list[str]:
-    env = _make_env(walkthrough=True)
+    env = make_engine(walkthrough=True)
     try:
-        _load(env, data if data is not None else path, label=None if data is None else f"planning copy of {path}")
+        load_game(env, data if data is not None else path,
+                  label=None if data is None else f"planning copy of {path}")
         try:
-            with _memoized_translation():
+            with memoized_translation():
                 state = env.reset()
         except KeyError as exc:
             raise AlfworldDataError(f"game file {path}: the planner found no plan "
                                     f"(KeyError {exc}); the game is unsolvable") from None
         return list(state.get("extra.walkthrough") or [])
     finally:
-        _close_env(env)
+        close_engine(env)
 
 
 def wins(path: str | os.PathLike, actions: list[str]) -> bool:
@@ -510,7 +427,7 @@ def expert_walkthrough(spec: GameSpec | str | os.PathLike) -> list[str]:
 
 
 def play(spec: GameSpec | str | os.PathLike, actions: list[str] | None = None, *,
-         max_steps: int = 50) -> tuple[Observation, list[StepResult]]:
+         max_steps: int = ALFWORLD.max_steps) -> tuple[Observation, list[StepResult]]:
     """Play ``actions`` (default: the planner walkthrough) and return the transcript."""
     actions = expert_walkthrough(spec) if actions is None else list(actions)
     game = AlfworldGame(spec, max_steps=max_steps)

@@ -29,8 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from training.envs.alfworld_game import (TASK_TYPES, AlfworldDataError, GameSpec, _close_env, _load,
-                                         _make_env, _memoized_translation, spec_of_file, wins)
+from training.envs.alfworld_engine import (AlfworldDataError, close_engine, load_game, make_engine,
+                                           memoized_translation)
+from training.envs.alfworld_game import TASK_TYPES, GameSpec, spec_of_file, wins
 
 SPLITS: dict[str, int] = {"train": 0, "valid": 1, "test": 2}
 """Generated splits; the split's index is part of every game's seed, so splits never share one."""
@@ -265,16 +266,16 @@ def game_logic(command_style: str = "put") -> tuple[str, str]:
 
 
 def _plan(data: dict) -> list[str]:
-    env = _make_env(walkthrough=True)
+    env = make_engine(walkthrough=True)
     try:
-        _load(env, data, label="planning copy of the generated problem")
-        with _memoized_translation():
+        load_game(env, data, label="planning copy of the generated problem")
+        with memoized_translation():
             state = env.reset()
         return list(state.get("extra.walkthrough") or [])
     except KeyError as exc:
         raise AlfworldDataError(f"planner found no plan (KeyError {exc})") from None
     finally:
-        _close_env(env)
+        close_engine(env)
 
 
 def generate_game(out_dir: str | os.PathLike, *, seed: int, index: int, split: str = "train",

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from training.envs.alfworld import AlfworldBatchEnv, GameSpec, generate_games, load_games
-from training.envs.alfworld_game import AlfworldDataError
+from training.envs.alfworld_engine import AlfworldDataError
 
 
 def generated_games(folder: Path, n: int, split: str, seed: int, progress: bool = True) -> list[GameSpec]:

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ocsd.replay.prompts import (
-    TEMPLATES, PromptRenderer, format_memory, interaction_text, parse_output,
-)
+from ocsd.environments import get_environment
+from ocsd.environments.formats import format_memory
+from ocsd.replay.prompts import PromptRenderer, interaction_text, parse_output
 
 ALFWORLD_GOLDEN = (
     "You are an expert agent operating in the ALFRED Embodied Environment. Your task is to: put a clean "
@@ -69,7 +69,7 @@ def test_templates_match_paper(shared_dir, env, title, renames):
     text = latex_table_text(paper, title)
     for old, new in renames.items():
         text = text.replace("{" + old + "}", "{" + new + "}")
-    assert TEMPLATES[env] == text
+    assert get_environment(env).template == text
 
 
 @pytest.mark.parametrize("title,replay", [("Interaction Prompt on ALFWorld", False),

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ocsd.replay.schemas import (
-    ALFWORLD_RECEPTACLES, FALLBACK_SCHEMA, action_family, action_schema, canonical_env,
-)
+from ocsd.environments import FALLBACK_SCHEMA, get_environment
+from ocsd.environments.alfworld import ALFWORLD_RECEPTACLES
+from ocsd.replay.schemas import action_family, action_schema
 
 ALFWORLD_CASES = [
     ("take soapbar 1 from countertop 1", "take an item from a receptacle", "take"),
@@ -109,9 +109,9 @@ def test_every_alfworld_family_covered():
 
 
 def test_env_aliases():
-    assert canonical_env("Search-QA") == "searchqa" and canonical_env("ALFWorld") == "alfworld"
+    assert get_environment("Search-QA").name == "searchqa" and get_environment("ALFWorld").name == "alfworld"
     with pytest.raises(ValueError, match="unknown environment"):
-        canonical_env("minecraft")
+        get_environment("minecraft")
     with pytest.raises(ValueError, match="unknown environment"):
         action_schema("minecraft", "look")
 

@@ -10,9 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ocsd.replay.prompts import PromptRenderer, interaction_text
+from ocsd.replay.render import PromptTooLong, render_steps, render_views
 from ocsd.replay.views import (
-    ABLATED_OBSERVATION, VIEWS, MissingEvidence, PromptTooLong, StepRecord, TemplateView, ViewError, evidence_pieces,
-    load_view, render_steps, render_views, step_records,
+    ABLATED_OBSERVATION, VIEWS, MissingEvidence, StepRecord, TemplateView, ViewError, evidence_pieces, load_view,
+    step_records,
 )
 
 OBS = ["You are in the middle of a room. Looking quickly around you, you see a countertop 1, a sinkbasin 1.",

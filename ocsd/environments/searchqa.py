@@ -1,0 +1,101 @@
+"""Search-QA: open-domain question answering with a search engine (template, parser, schemas and lexicon;
+no engine yet).
+
+Interaction template: the paper's table "Interaction Prompt on Search-QA", verbatim. Its history is the
+memory context (:func:`ocsd.environments.formats.memory_fields`); it has no admissible actions and no
+sentence that the replay wording changes. Outputs are ``<reason>...</reason>`` then exactly one
+``<search>q</search>`` or ``<answer>x</answer>`` block, which is the action.
+
+Action schemas g(a): ``<search>q</search>`` -> ``<search>a query</search>``, ``<answer>x</answer>`` ->
+``<answer>an answer</answer>``; the bracket forms ``search[q]`` / ``answer[x]`` (any case of the verb) ->
+``search[a query]`` / ``answer[an answer]``. An empty or nested argument does not parse.
+
+Role lexicon: words inside ``<search>`` and ``<answer>`` are entities, as are capitalised words that do
+not start a sentence.
+
+Step cap 4; evaluation on the seven datasets (NQ and HotpotQA in domain, the other five out of domain),
+Exact Match micro-averaged over the in-domain, out-of-domain and all datasets (paper appendix
+"Evaluation Protocol"). The runtime is not implemented yet.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ocsd.environments.formats import TaggedOutput, bracket_command, memory_fields
+from ocsd.environments.lexicon import Lexicon, inflect
+from ocsd.environments.spec import EnvironmentSpec, EvaluationProtocol, register_environment
+
+__all__ = ["DATASETS", "SEARCHQA", "TEMPLATE", "action_rule"]
+
+TEMPLATE = (
+    "You are an expert agent tasked with answering the given question step-by-step.\n"
+    "Your question: {task_description}\n"
+    "\n"
+    "Prior to this step, you have already taken {step_count} step(s). Below is the interaction "
+    "history where <search> </search> wrapped your past search queries and <information> "
+    "</information> wrapped the corresponding search results returned by the external search "
+    "engine. History:\n"
+    "{memory_context}\n"
+    "\n"
+    "Now it's your turn to respond for the current step.\n"
+    "You should first conduct reasoning process. This process MUST be enclosed within "
+    "<reason> </reason> tags.\n"
+    "After completing your reasoning, choose only one of the following actions (do not perform "
+    "both):\n"
+    "(1) If you find you lack some knowledge, you can call a search engine to get more external "
+    "information using format: <search> your query </search>.\n"
+    "(2) If you have enough knowledge to answer the question confidently, provide your final "
+    "answer within <answer> </answer> tags, without detailed illustrations. For example, "
+    "<answer>Beijing</answer>."
+)
+"""The paper's table "Interaction Prompt on Search-QA"."""
+
+DATASETS = ("nq", "hotpotqa", "triviaqa", "popqa", "2wiki", "musique", "bamboogle")
+"""Evaluation datasets, in-domain first (NQ, HotpotQA)."""
+
+_TAGGED = re.compile(r"^<(search|answer)>(.*)</\1>$", re.DOTALL | re.IGNORECASE)
+
+
+def action_rule(action: str) -> tuple[str, str] | None:
+    """(family, schema) of a normalised Search-QA action, None when it is neither a search nor an answer."""
+    m = _TAGGED.match(action)
+    if m:
+        tag = m.group(1).lower()
+        if not m.group(2).strip() or "<" + tag + ">" in m.group(2).lower():
+            return None
+        return tag, f"<{tag}>a query</{tag}>" if tag == "search" else f"<{tag}>an answer</{tag}>"
+    parsed = bracket_command(action)
+    if parsed is None:
+        return None
+    verb, _ = parsed
+    if verb.lower() == "search":
+        return "search", f"{verb}[a query]"
+    if verb.lower() == "answer":
+        return "answer", f"{verb}[an answer]"
+    return None
+
+
+def lexicon() -> Lexicon:
+    """The Search-QA role lexicon."""
+    actions = inflect({"search": ("searches", "searching", "searched"), "answer": ("answers", "answering",
+                       "answered"), "query": ("queries", "querying"), "look": ("looks", "looking"),
+                       "find": ("finds", "finding", "found"), "retrieve": ("retrieves", "retrieving")})
+    return Lexicon(env="searchqa", actions=actions, argument_tags=("search", "answer"), proper_nouns=True,
+                   states=frozenset())
+
+
+SEARCHQA = register_environment(EnvironmentSpec(
+    name="searchqa",
+    display_name="Search-QA",
+    aliases=("search-qa", "search_qa", "search"),
+    template=TEMPLATE,
+    template_fields=memory_fields,
+    default_history_length=None,
+    output_parser=TaggedOutput(("search", "answer"), keep_tag=True),
+    action_rule=action_rule,
+    lexicon=lexicon,
+    max_steps=4,
+    evaluation=EvaluationProtocol(splits=DATASETS, metrics=("em_id", "em_ood", "em_avg")),
+))
+"""The Search-QA entry (no runtime yet)."""

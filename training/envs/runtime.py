@@ -1,0 +1,66 @@
+"""The engine side of a registered environment, as its registry entry's ``runtime`` names it.
+
+An :class:`EnvironmentRuntime` is the one object that training code asks for an environment's tasks,
+batched environments and evaluation: ``get_environment(cfg.env).load_runtime()`` (see
+:meth:`ocsd.environments.EnvironmentSpec.load_runtime`). ALFWorld's is
+:data:`training.envs.alfworld_runtime.RUNTIME`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+__all__ = ["EnvironmentRuntime", "success_metrics"]
+
+
+@dataclass(frozen=True)
+class EnvironmentRuntime:
+    """What training and evaluation need from an environment engine.
+
+    Attributes
+    ----------
+    task_source : callable
+        ``task_source(cfg, *, train=True, valid=True, val_split=None, n_valid=None)``: the run's
+        training and validation tasks, an object with ``train`` and ``valid`` lists, ``sample_train``,
+        ``validation``, ``describe`` and ``make_env(tasks, *, max_steps, workers, seed)`` (the batched
+        environments), as :class:`training.envs.games.GameSource`.
+    evaluation_tasks : callable
+        ``evaluation_tasks(cfg, split, n) -> (source, origin)``: a task source whose ``valid`` list holds
+        the first ``n`` evaluation tasks of ``split`` (None: the config's), and where they came from.
+    metrics : callable
+        ``metrics(trajectories) -> dict`` of finished evaluation trajectories; its keys include the
+        metric names of the registry entry's evaluation protocol.
+    data_error : type of Exception
+        The error the engine raises for missing or unusable task data (a usage error, exit status 2).
+    """
+
+    task_source: Callable[..., Any]
+    evaluation_tasks: Callable[[Any, str | None, int | None], tuple[Any, str]]
+    metrics: Callable[[Sequence], dict]
+    data_error: type[Exception]
+
+
+def success_metrics(trajs: Sequence) -> dict:
+    """Success overall and per task type of finished trajectories (``won``, ``task_type``, ``steps``).
+
+    Returns
+    -------
+    dict
+        ``n``, ``successes``, ``success_rate``, ``per_type`` {type: {n, successes, success_rate}},
+        ``mean_steps`` and ``invalid_action_rate`` (steps without a well-formed action).
+    """
+    per_type: dict[str, dict] = {}
+    for t in trajs:
+        row = per_type.setdefault(t.task_type, {"n": 0, "successes": 0})
+        row["n"] += 1
+        row["successes"] += int(bool(t.won))
+    for row in per_type.values():
+        row["success_rate"] = row["successes"] / row["n"]
+    n = len(trajs)
+    steps = [s for t in trajs for s in t.steps]
+    return {"n": n, "successes": sum(int(bool(t.won)) for t in trajs),
+            "success_rate": sum(int(bool(t.won)) for t in trajs) / n if n else float("nan"),
+            "per_type": dict(sorted(per_type.items())),
+            "mean_steps": sum(len(t.steps) for t in trajs) / n if n else float("nan"),
+            "invalid_action_rate": sum(not s.well_formed for s in steps) / len(steps) if steps else float("nan")}
