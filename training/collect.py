@@ -1,7 +1,8 @@
 """``python -m training.collect --model PATH_OR_CKPT --tasks N --group G [--out DIR] ...``
 
-Runs the rollout, step selection and replay scoring of a model or checkpoint without updating it, and
-writes one checkpoint folder in the replay-score layout (shared/CONTRACT.md)::
+Runs the rollout, step selection and replay scoring of a model or checkpoint without updating it (the
+trainer's own :mod:`training.pipeline`), and writes one checkpoint folder in the replay-score layout
+(shared/CONTRACT.md)::
 
     OUT/run.json
     OUT/global_step_<N>/replay/{steps,tokens}.parquet, meta.json
@@ -20,27 +21,21 @@ the named flags.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from ocsd.cli import UsageError, positive_int
+
 BASE_MODELS = ("smollm2", "tiny")
-SELECTIONS = ("top", "random", "all")
-RECORD_VIEWS = ("student", "full", "ablated")
 ROLLOUT_KEYS = ("env", "history_length", "max_prompt_length", "max_response_length", "max_steps", "temperature",
                 "top_p", "invalid_action_penalty", "rho", "beta", "train_split", "val_split", "games_dir",
                 "n_train_games", "n_val_games", "data")
 """Keys taken from a checkpoint's ``run.json`` config (the rest are local choices: device, batching)."""
 NO_DONOR_VIEWS = ("swap",)
 """Built-in views that need a donor observation per step, which a collection does not assign."""
-
-
-class UsageError(ValueError):
-    """A command-line flag is wrong; the message names the flag. Exit code 2."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -91,15 +86,14 @@ def _step_of(ckpt: Path, actor: Path, flag: str) -> int:
     raise UsageError(f"{flag}: {ckpt} is not named global_step_<N> and {state} does not exist")
 
 
-def _read_run_info(run_dir: Path) -> dict:
-    path = run_dir / "run.json"
-    if not path.is_file():
-        return {}
+def _run_info(run_dir: Path) -> dict:
+    """The run's ``run.json``; empty when there is none this suite can read (nothing is inherited then)."""
+    from ocsd.records import RecordError, read_run_info
+
     try:
-        info = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        return read_run_info(run_dir)
+    except RecordError:
         return {}
-    return info if isinstance(info, dict) else {}
 
 
 def resolve_model_source(spec: str, *, flag: str = "--model") -> ModelSource:
@@ -137,7 +131,7 @@ def resolve_model_source(spec: str, *, flag: str = "--model") -> ModelSource:
     if not (actor / "config.json").is_file():
         raise UsageError(f"{flag}: {actor} has no config.json (the checkpoint was saved without weights: "
                          f"save_weights=false)")
-    run_info = _read_run_info(ckpt.parent)
+    run_info = _run_info(ckpt.parent)
     label = str(run_info.get("run") or ckpt.parent.name)
     return ModelSource(spec, str(actor), _step_of(ckpt, actor, flag), ckpt, run_info, label)
 
@@ -179,18 +173,20 @@ def build_config(source: ModelSource, *, config_path: str | None, overrides: Seq
 
 
 def collection_games(cfg):
-    """Training games only: unlike a training run, no validation games are loaded or generated."""
-    from training.envs.games import GameSource
+    """Training tasks only: unlike a training run, no validation tasks are loaded or generated."""
+    from ocsd.environments import get_environment
 
-    return GameSource.from_config(cfg, valid=False)
+    return get_environment(cfg.env).load_runtime().task_source(cfg, valid=False)
 
 
 def resolve_views(names: Sequence[str]) -> list:
     """Record views (Full, Ablated) plus the named extra views, as view objects with unique names."""
     from ocsd.replay.views import load_view
 
+    from ocsd.records import RECORDED_VIEWS
+
     out, seen = [], set()
-    for name in ["full", "ablated", *names]:
+    for name in [*RECORDED_VIEWS, *names]:
         if name == "student" or name in seen:
             continue
         if name in NO_DONOR_VIEWS:
@@ -207,37 +203,47 @@ def resolve_views(names: Sequence[str]) -> list:
     return out
 
 
-def collect_replay(policy, *, global_step: int, views: Sequence, selection: str, meta: dict) -> tuple[Path, dict]:
-    """One collection: rollouts, GRPO advantages, step NLL, selection, replay scoring; writes
-    ``<run_dir>/global_step_<N>/replay``. Returns the folder and a summary."""
+def collect_replay(policy, *, global_step: int, views: Sequence, selection: str, model: str, method: str,
+                   extra: dict) -> tuple[Path, dict]:
+    """One collection through :mod:`training.pipeline` (rollouts, GRPO advantages, step NLL, selection at
+    the config's rho, replay scoring), written to ``<run_dir>/global_step_<N>/replay``.
+
+    Parameters
+    ----------
+    policy : training.policy.Policy
+    global_step : int
+        The checkpoint's training step: the step of the folder, of the rows and of the random generators.
+    views : sequence of ReplayView
+        Full, Observation-Ablated and any extra views (:func:`resolve_views`).
+    selection : {"top", "random", "all"}
+    model, method : str
+        ``meta.json``'s model (as given) and method (``base`` for a base model).
+    extra : dict
+        Further ``meta.json`` keys (the phase timings are added after them).
+
+    Returns
+    -------
+    folder : pathlib.Path
+    summary : dict
+        Counts of trajectories, steps, selected, scored and skipped steps, success rate and timings.
+    """
     import numpy as np
 
     from ocsd.records import RunWriter, write_replay
-    from training.policy import batch_statistics, timed
-    from training.replay import only_views, replay_tables, score_steps
+    from training.pipeline import collect_batch, record_tables, replay_meta, score_selected
 
     cfg, timings = policy.cfg, {}
-    with timed(timings, "time/rollout"):
-        specs = policy.games.sample_train(policy.rng(global_step, 0), cfg.batch_size)
-        trajs = policy.collect(global_step, [s for s in specs for _ in range(cfg.group_size)], desc="collect")
-    stats = batch_statistics(policy, trajs, global_step, selection, timings)
-    with timed(timings, "time/replay_scoring"):
-        scores = score_steps(policy.scorer, policy.renderer, trajs, stats.selected_keys, list(views),
-                             stats.student_logp(), env_name=cfg.env, max_prompt_length=cfg.max_prompt_length,
-                             progress=cfg.progress)
+    trajs, stats = collect_batch(policy, global_step, selection=selection, rho=cfg.rho, timings=timings,
+                                 desc="collect")
+    scores = score_selected(policy, trajs, stats, views, timings, progress=cfg.progress)
     names = ["student", *(v.name for v in views)]
-    complete = only_views(scores, names)
-    steps_df, tokens_df = replay_tables(trajs, global_step=global_step, rewards=stats.rewards,
-                                        advantages=stats.advantages, nll=stats.nll_by_key(),
-                                        selected=set(stats.selected_keys), scores=complete,
-                                        tokenizer=policy.tokenizer, views=names)
-    writer = RunWriter(cfg.run_dir)
-    folder = write_replay(writer.replay_dir(global_step), steps_df, tokens_df,
-                          {**meta, "global_step": global_step, "rho": cfg.rho, "beta": cfg.beta, "views": names,
-                           "selection": selection, "truncated_steps": scores.truncated,
-                           "skipped_steps": len(scores.skipped), **timings})
+    steps_df, tokens_df = record_tables(trajs, stats, scores, names, global_step=global_step,
+                                        tokenizer=policy.tokenizer)
+    meta = replay_meta(cfg, global_step=global_step, model=model, method=method, views=names, selection=selection,
+                       scores=scores, **extra, **timings)
+    folder = write_replay(RunWriter(cfg.run_dir).replay_dir(global_step), steps_df, tokens_df, meta)
     summary = {"folder": str(folder), "global_step": global_step, "trajectories": len(trajs),
-               "steps": len(stats.keys), "selected": len(stats.selected_keys), "scored": len(complete.logp),
+               "steps": len(stats.keys), "selected": len(stats.selected_keys), "scored": int(steps_df["scored"].sum()),
                "skipped": len(scores.skipped), "success_rate": float(np.mean([t.won for t in trajs])), **timings}
     return folder, summary
 
@@ -247,41 +253,20 @@ def collect_replay(policy, *, global_step: int, views: Sequence, selection: str,
 # ----------------------------------------------------------------------------------------------
 
 
-def _positive(flag: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{flag} must be >= 1, got {value}")
-        return value
-    return parse
-
-
-def _rho(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--rho must be a number in (0, 1], got {text!r}") from None
-    if not (0.0 < value <= 1.0) or math.isnan(value):
-        raise argparse.ArgumentTypeError(f"--rho must be in (0, 1], got {value}")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
-    from training.config import ENV_NAMES
+    from ocsd.algorithm.signals import SELECTION_MODES
+    from ocsd.environments import environment_names
 
     p = argparse.ArgumentParser(prog="python -m training.collect", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True,
                    help="'smollm2', 'tiny', a checkpoint (global_step_N or its actor/), a run folder (last "
                         "checkpoint) or a local Hugging Face folder")
-    p.add_argument("--env", default="alfworld", choices=ENV_NAMES, help="environment (default alfworld)")
-    p.add_argument("--tasks", type=_positive("--tasks"), required=True, help="tasks B")
-    p.add_argument("--group", type=_positive("--group"), required=True, help="rollouts per task G")
+    p.add_argument("--env", default="alfworld", choices=environment_names(), help="environment (default alfworld)")
+    p.add_argument("--tasks", type=positive_int("--tasks"), required=True, help="tasks B")
+    p.add_argument("--group", type=positive_int("--group"), required=True, help="rollouts per task G")
     p.add_argument("--out", help="output run folder (default checkpoints/collect/<run or model name>)")
-    p.add_argument("--rho", type=_rho, default=None, help="selection ratio in (0, 1] (default: run's, else 0.2)")
-    p.add_argument("--selection", choices=SELECTIONS, default="top", help="step selection mode (default top)")
+    p.add_argument("--rho", type=float, default=None, help="selection ratio in (0, 1] (default: run's, else 0.2)")
+    p.add_argument("--selection", choices=SELECTION_MODES, default="top", help="step selection mode (default top)")
     p.add_argument("--views", default="full,ablated",
                    help="comma-separated views to score: built-in names or module:Class "
                         "(full and ablated are always scored)")
@@ -312,27 +297,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
+    from ocsd.environments import get_environment
     from ocsd.records import RunWriter
-    from training.envs.alfworld import AlfworldDataError
 
     start = time.perf_counter()
     try:
         games = collection_games(cfg)
-    except AlfworldDataError as exc:
+    except get_environment(cfg.env).load_runtime().data_error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from training.policy import Policy
 
     policy = Policy(cfg, games)
     method = str(source.run_info.get("method", "base")) if source.checkpoint else "base"
-    meta = {"run": cfg.run_name, "model": source.spec, "env": cfg.env, "method": method, "source": "training.collect",
-            "checkpoint": str(source.checkpoint) if source.checkpoint else None, "seed": cfg.seed,
-            "tasks": cfg.batch_size, "group": cfg.group_size}
+    extra = {"source": "training.collect", "checkpoint": str(source.checkpoint) if source.checkpoint else None,
+             "seed": cfg.seed, "tasks": cfg.batch_size, "group": cfg.group_size}
     RunWriter(out).write_run_json({"run": cfg.run_name, "method": method, "env": cfg.env, "model": source.spec,
                                    "seed": cfg.seed, "source": "training.collect", "config": cfg.to_dict(),
                                    "games": games.describe()})
     folder, summary = collect_replay(policy, global_step=source.global_step, views=views, selection=args.selection,
-                                     meta=meta)
+                                     model=source.spec, method=method, extra=extra)
     summary["time/total"] = time.perf_counter() - start
     print(f"collected {summary['trajectories']} trajectories, {summary['steps']} steps "
           f"({summary['selected']} selected, {summary['scored']} scored) at global step {source.global_step} "

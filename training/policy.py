@@ -1,27 +1,22 @@
 """A policy that acts and is scored: what training, collection and evaluation share.
 
 :class:`Policy` holds the tokenizer, model, prompt renderer, replay scorer and sampling settings of a
-config (no optimizer, no run folder). :func:`batch_statistics` turns a batch of trajectories into
-the per-step quantities of paper Algorithm 1 up to step selection: rewards, GRPO advantages,
-old-policy log-probs, step NLL and the selected steps.
+config (no optimizer, no run folder). :mod:`training.pipeline` turns its rollouts into the per-step
+quantities of paper Algorithm 1 and the replay records.
 """
 
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ocsd.algorithm.advantages import grpo_advantage
 from ocsd.replay.prompts import PromptRenderer
 from ocsd.replay.scoring import ReplayScorer, response_logprobs
-from ocsd.algorithm.signals import select_steps, step_nll
 from training.config import TrainConfig
-from training.replay import StepKey
 from training.rollout import GenerationSettings, Trajectory, rollout
 
 
@@ -72,7 +67,7 @@ class Policy:
     Parameters
     ----------
     cfg : TrainConfig
-    games : training.envs.games.GameSource
+    games : task source (:class:`training.envs.runtime.EnvironmentRuntime` ``task_source``)
         Where tasks come from.
     init_from : path, optional
         A checkpoint's ``actor/`` folder to start from.
@@ -111,50 +106,3 @@ class Policy:
         lp, mask = response_logprobs(model if model is not None else self.model, pairs, padded=True,
                                      token_budget=self.cfg.scoring_token_budget)
         return lp.float().cpu(), mask.cpu()
-
-
-@dataclass
-class BatchStatistics:
-    """Per-step quantities of one batch, rows in (trajectory, step) order."""
-
-    keys: list[StepKey]
-    pairs: list[tuple[list[int], list[int]]]
-    traj_of_row: np.ndarray
-    rewards: np.ndarray  # (N,) terminal reward per trajectory
-    advantages: np.ndarray  # (N,) GRPO advantage per trajectory
-    old_logp: torch.Tensor  # (S, T)
-    mask: torch.Tensor  # (S, T)
-    nll: torch.Tensor  # (S,)
-    selected: torch.Tensor  # (S,) bool
-
-    @property
-    def selected_keys(self) -> list[StepKey]:
-        return [key for key, s in zip(self.keys, self.selected.tolist()) if s]
-
-    def student_logp(self) -> dict[StepKey, np.ndarray]:
-        """Old-policy log-probs of each step's response, unpadded: the Student view."""
-        return {key: self.old_logp[i, : int(self.mask[i].sum())].numpy() for i, key in enumerate(self.keys)}
-
-    def nll_by_key(self) -> dict[StepKey, float]:
-        return {key: float(v) for key, v in zip(self.keys, self.nll.tolist())}
-
-
-def batch_statistics(policy: Policy, trajs: list[Trajectory], step: int, selection: str,
-                     timings: dict[str, float]) -> BatchStatistics:
-    """Rewards (with the invalid-action penalty), GRPO advantages per group, old-policy log-probs
-    (``time/old_logprob``), step NLL and the step selection of ``selection`` mode."""
-    cfg = policy.cfg
-    keys = [(t, s.step_idx) for t, traj in enumerate(trajs) for s in traj.steps]
-    pairs = [(trajs[t].steps[k].prompt_ids, trajs[t].steps[k].response_ids) for t, k in keys]
-    traj_of_row = np.array([t for t, _ in keys])
-    rewards = np.array([tr.reward(cfg.invalid_action_penalty) for tr in trajs])
-    groups = torch.tensor([int(tr.group_uid.split("_t")[-1]) for tr in trajs])
-    with timed(timings, "time/advantage"):
-        advantages = grpo_advantage(torch.from_numpy(rewards), groups).numpy()
-    with timed(timings, "time/old_logprob"):
-        old_logp, mask = policy.logprobs(pairs)
-    with timed(timings, "time/advantage"):
-        nll = step_nll(old_logp.double(), mask)
-        selected = select_steps(nll, torch.from_numpy(traj_of_row), cfg.rho, mode=selection,
-                                generator=policy.rng(step, 3))
-    return BatchStatistics(keys, pairs, traj_of_row, rewards, advantages, old_logp, mask, nll, selected)

@@ -15,9 +15,11 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from ocsd.records import RECORDED_VIEWS
 from ocsd.replay.prompts import PromptRenderer
 from ocsd.replay.scoring import PendingScores, ReplayScorer, ScoreItem
-from ocsd.replay.views import StepRecord, render_steps
+from ocsd.replay.render import render_steps
+from ocsd.replay.views import StepRecord
 from training.rollout import StepSample, Trajectory
 
 StepKey = tuple[int, int]  # (trajectory index, step index)
@@ -120,7 +122,7 @@ def replay_tables(
     selected: set[StepKey],
     scores: ReplayScores,
     tokenizer,
-    views: Sequence[str] = ("student", "full", "ablated"),
+    views: Sequence[str] = RECORDED_VIEWS,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The ``steps`` and ``tokens`` tables of shared/CONTRACT.md for one checkpoint.
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -26,13 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ocsd.cli import UsageError
+
 INDEX_FILE = "index.json"
 STATUSES = ("pending", "running", "done", "skipped", "failed", "interrupted")
 """Cell states in index.json; a cell's run folder is complete when status is ``done`` or ``skipped``."""
-
-
-class UsageError(ValueError):
-    """A command-line flag is wrong; the message names the flag. Exit code 2."""
 
 
 @dataclass
@@ -86,17 +83,14 @@ def _split(flag: str, text: str | None) -> list[str]:
     return items
 
 
-def _numbers(flag: str, text: str | None, low: float, high: float, low_open: bool) -> list[float]:
+def _numbers(flag: str, text: str | None) -> list[float]:
+    """The numbers of a comma-separated flag; their range is the config's to check (:func:`plan_cells`)."""
     out = []
     for item in _split(flag, text):
         try:
-            value = float(item)
+            out.append(float(item))
         except ValueError:
             raise UsageError(f"{flag}: {item!r} is not a number") from None
-        ok = (low < value if low_open else low <= value) and value <= high and not math.isnan(value)
-        if not ok:
-            raise UsageError(f"{flag}: {value:g} is outside {'(' if low_open else '['}{low:g}, {high:g}]")
-        out.append(value)
     return out
 
 
@@ -261,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         if reserved:
             raise UsageError(f"override(s) {reserved} are set per cell; use --methods/--seeds/--rho/--beta/--out")
         base = load_config(args.config, args.overrides)
-        rhos = _numbers("--rho", args.rho, 0.0, 1.0, low_open=True) or [base.rho]
-        betas = _numbers("--beta", args.beta, 0.0, 1.0, low_open=False) or [base.beta]
+        rhos = _numbers("--rho", args.rho) or [base.rho]
+        betas = _numbers("--beta", args.beta) or [base.beta]
         out = Path(args.out) if args.out else Path("checkpoints") / f"sweep_{Path(args.config).stem}"
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out: {out} exists and is not a folder")

@@ -15,8 +15,10 @@ One training step:
 6. every ``save_freq`` steps a checkpoint: ``actor/`` (weights, optimizer, RNG state), then
    ``replay/`` with ``meta.json`` last; ``metrics.jsonl`` every step, validation every ``test_freq``.
 
-A crash or Ctrl-C leaves the last complete checkpoint; ``resume=true`` (the default) continues from
-it to the same result as an uninterrupted run with the same seed.
+Steps 1-4 and the checkpoint's ``replay/`` tables are :mod:`training.pipeline`, which
+``python -m training.collect`` runs as well. A crash or Ctrl-C leaves the last complete checkpoint;
+``resume=true`` (the default) continues from it to the same result as an uninterrupted run with the
+same seed.
 """
 
 from __future__ import annotations
@@ -35,19 +37,19 @@ import torch
 from tqdm.auto import tqdm
 
 from ocsd.algorithm.advantages import linear_decay
-from ocsd.algorithm.methods import MethodSpec, TokenInputs, get_method, token_advantages
-from ocsd.replay.prompts import interaction_text
-from ocsd.records import RunWriter, checkpoint_dirs, write_replay
+from ocsd.algorithm.methods import MethodSpec, TokenInputs, get_method, token_advantages, token_signal
 from ocsd.algorithm.signals import calibration_signal
+from ocsd.environments import get_environment
+from ocsd.records import RECORDED_VIEWS, RunWriter, checkpoint_dirs, write_replay
+from ocsd.replay.prompts import interaction_text
 from training.config import TrainConfig
-from training.envs.games import GameSource
-from training.policy import Policy, batch_statistics, load_policy, timed
-from training.replay import ReplayScores, StepKey, only_views, replay_tables, score_steps
+from training.pipeline import collect_batch, record_tables, replay_meta, score_selected
+from training.policy import Policy, load_policy, timed
+from training.replay import ReplayScores, StepKey
 from training.rollout import Trajectory
 from training.teachers import teacher_text
 from training.update import LossSettings, UpdateBatch, ppo_update
 
-RECORD_VIEWS = ("student", "full", "ablated")
 REQUIRED_TIMINGS = ("time/rollout", "time/old_logprob", "time/ref_logprob", "time/replay_scoring", "time/advantage",
                     "time/update", "time/step")
 # settings that may change when a run is resumed; any other difference means a different run
@@ -90,15 +92,16 @@ class Trainer:
     Parameters
     ----------
     cfg : TrainConfig
-    games : GameSource, optional
-        Training and validation games (built from the config when omitted).
+    games : task source, optional
+        Training and validation tasks (:class:`training.envs.runtime.EnvironmentRuntime` ``task_source``;
+        built from the config's environment when omitted).
     """
 
-    def __init__(self, cfg: TrainConfig, games: GameSource | None = None):
+    def __init__(self, cfg: TrainConfig, games=None):
         self.cfg = cfg
         self.spec: MethodSpec = get_method(cfg.method)
         self.writer = RunWriter(cfg.run_dir)
-        self.games = games or GameSource.from_config(cfg)
+        self.games = games or get_environment(cfg.env).load_runtime().task_source(cfg)
         self.start_step = 1
         resume_from = self._resume_point() if cfg.resume else None
         self.policy = Policy(cfg, self.games, init_from=resume_from / "actor" if resume_from else None)
@@ -161,9 +164,9 @@ class Trainer:
                 return path
         return None
 
-    def save_checkpoint(self, step: int, steps_df, tokens_df, meta_extra: dict) -> Path:
+    def save_checkpoint(self, step: int, steps_df, tokens_df, meta: dict) -> Path:
         """Write ``actor/`` (a Hugging Face folder, LoRA merged; the adapter; optimizer and step), then
-        ``replay/`` with ``meta.json`` last."""
+        ``replay/`` with ``meta.json`` (:func:`training.pipeline.replay_meta`) last."""
         ckpt = self.writer.checkpoint_dir(step)
         replay = self.writer.replay_dir(step)
         (replay / "meta.json").unlink(missing_ok=True)
@@ -180,9 +183,6 @@ class Trainer:
             torch.save({"optimizer": self.optimizer.state_dict(), "global_step": step}, tmp / "trainer_state.pt")
             shutil.rmtree(ckpt / "actor", ignore_errors=True)
             os.replace(tmp, ckpt / "actor")
-        meta = {"global_step": step, "run": self.cfg.run_name, "model": self.cfg.model, "env": self.cfg.env,
-                "method": self.cfg.method, "rho": self.cfg.rho, "beta": self.cfg.beta, "views": list(RECORD_VIEWS),
-                "selection": self.spec.selection, **meta_extra}
         write_replay(replay, steps_df, tokens_df, meta)
         return ckpt
 
@@ -205,23 +205,14 @@ class Trainer:
         cfg, spec, timings = self.cfg, self.spec, {}
         is_ckpt = step % cfg.save_freq == 0 or step == cfg.total_steps
         with timed(timings, "time/step"):
-            with timed(timings, "time/rollout"):
-                specs = self.games.sample_train(self.policy.rng(step, 0), cfg.batch_size)
-                trajs = self.policy.collect(step, [s for s in specs for _ in range(cfg.group_size)])
-            stats = batch_statistics(self.policy, trajs, step, spec.selection, timings)
+            trajs, stats = collect_batch(self.policy, step, selection=spec.selection, rho=cfg.rho, timings=timings)
             keys, pairs, old_logp, mask = stats.keys, stats.pairs, stats.old_logp, stats.mask
             ref_logp = None
             if cfg.kl_coef > 0:
                 with timed(timings, "time/ref_logprob"), reference_policy(self.model, self.ref_model) as ref:
                     ref_logp = self.policy.logprobs(pairs, model=ref)[0]
-            sel_keys = stats.selected_keys
-            views = set(spec.replay_views) | (set(RECORD_VIEWS) - {"student"} if is_ckpt and cfg.write_replay else set())
-            scores = ReplayScores()
-            with timed(timings, "time/replay_scoring"):
-                if views:
-                    scores = score_steps(self.policy.scorer, self.renderer, trajs, sel_keys, sorted(views),
-                                         stats.student_logp(), env_name=cfg.env,
-                                         max_prompt_length=cfg.max_prompt_length, timings=timings)
+            recorded = set(RECORDED_VIEWS) - {"student"} if is_ckpt and cfg.write_replay else set()
+            scores = score_selected(self.policy, trajs, stats, sorted(set(spec.replay_views) | recorded), timings)
             teacher_logp = None
             if spec.privileged_teacher:
                 with timed(timings, "time/teacher_logprob"):
@@ -248,13 +239,11 @@ class Trainer:
             row = self._metrics(step, trajs, stats, inputs, token_adv, scores, update_metrics)
             if is_ckpt:
                 with timed(timings, "time/save_checkpoint"):
-                    record_scores = scores if cfg.write_replay else ReplayScores()
-                    steps_df, tokens_df = replay_tables(
-                        trajs, global_step=step, rewards=stats.rewards, advantages=stats.advantages,
-                        nll=stats.nll_by_key(), selected=set(sel_keys), scores=only_views(record_scores, RECORD_VIEWS),
-                        tokenizer=self.tokenizer, views=RECORD_VIEWS)
-                    self.save_checkpoint(step, steps_df, tokens_df,
-                                         {"truncated_steps": scores.truncated, "skipped_steps": len(scores.skipped)})
+                    steps_df, tokens_df = record_tables(trajs, stats, scores if cfg.write_replay else ReplayScores(),
+                                                        RECORDED_VIEWS, global_step=step, tokenizer=self.tokenizer)
+                    meta = replay_meta(cfg, global_step=step, model=cfg.model, method=cfg.method, views=RECORDED_VIEWS,
+                                       selection=spec.selection, scores=scores)
+                    self.save_checkpoint(step, steps_df, tokens_df, meta)
         row.update({name: 0.0 for name in REQUIRED_TIMINGS})
         row.update(timings)
         return row
@@ -296,8 +285,7 @@ class Trainer:
         for task_type in sorted({t.task_type for t in trajs}):
             row[f"success/{task_type}"] = float(np.mean([t.won for t in trajs if t.task_type == task_type]))
         if self.spec.signal and len(scores.logp):
-            sel = inputs.selected.unsqueeze(1) & inputs.mask
-            e = (inputs.logp_full - inputs.logp_ablated)[sel]
+            e = token_signal(self.spec, inputs)[inputs.selected.unsqueeze(1) & inputs.mask]  # the update's signal
             q = calibration_signal(e)
             row.update({"calib/residual_mean": float(e.mean()), "calib/q_mean": float(q.mean()),
                         "calib/q_abs_mean": float(q.abs().mean())})

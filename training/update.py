@@ -38,7 +38,7 @@ class LossSettings:
     kl_coef: float = 0.01
     kl_type: str = "low_var_kl"
     loss_agg_mode: str = "token-mean"
-    aux_coef: float = 0.01
+    aux_coef: float = 0.01  # weight of the auxiliary loss for methods whose spec leaves it to the config
     gate_beta: float = 5.0
     grad_clip: float = 1.0
     micro_batch_tokens: int = 16384
@@ -104,7 +104,7 @@ def policy_loss(
         teacher = rows.teacher_logp[idx, :width].to(logp.device)
         aux = auxiliary_loss_matrix(spec, logp, teacher, gate_beta=settings.gate_beta)
         aux_loss = core_algos.agg_loss(aux, mask.float(), settings.loss_agg_mode, **actor_config.global_batch_info)
-        coef = settings.aux_coef if spec.policy_gradient else 1.0
+        coef = spec.aux_coef if spec.aux_coef is not None else settings.aux_coef
         loss = loss + coef * aux_loss
         metrics["actor/distill_loss"] = aux_loss.item()
     return loss, metrics

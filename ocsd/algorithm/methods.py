@@ -2,23 +2,26 @@
 
 A method name maps to a :class:`MethodSpec` that tells a trainer everything method-specific:
 which steps are selected, which replay views to score, which teacher context the baselines use,
-how token advantages are formed, and which auxiliary loss is added. Trainers never branch on the
-method name; they read the spec and call :func:`token_advantages` and :func:`auxiliary_loss_matrix`.
+how token advantages are formed, and which auxiliary loss is added with which weight. Trainers never
+branch on the method name; they read the spec and call :func:`token_advantages`,
+:func:`token_signal` and :func:`auxiliary_loss_matrix`.
 
-======================  =========  ==========  ================  ===========  ===============
-name                    selection  signal      advantage         pg term      auxiliary loss
-======================  =========  ==========  ================  ===========  ===============
+======================  =========  ==========  ================  ===========  ================================
+name                    selection  signal      advantage         pg term      auxiliary loss (weight)
+======================  =========  ==========  ================  ===========  ================================
 grpo                    top        -           grpo              yes          -
 ocsd                    top        residual    ocsd (sign)       yes          -
 ocsd_no_ablated         top        delta_F     ocsd (sign)       yes          -
 ocsd_random_select      random     residual    ocsd (sign)       yes          -
 ocsd_all_steps          all        residual    ocsd (sign)       yes          -
 ocsd_no_sign            top        residual    ocsd (no sign)    yes          -
-opsd                    top        -           grpo              no           gated distill, beta_g=0
-grpo_opsd               top        -           grpo              yes          gated distill, beta_g=0
+opsd                    top        -           grpo              no           gated distill, beta_g=0 (1)
+grpo_opsd               top        -           grpo              yes          gated distill, beta_g=0 (config)
 rlsd                    top        -           rlsd              yes          -
-sdar                    top        -           grpo              yes          gated distill, beta_g
-======================  =========  ==========  ================  ===========  ===============
+sdar                    top        -           grpo              yes          gated distill, beta_g (config)
+======================  =========  ==========  ================  ===========  ================================
+
+"(config)" is the trainer's ``sdar_coef`` (0.01, SDAR's default).
 
 For ``grpo`` and the baselines, selection only decides which steps get replay scores written for the
 diagnostics; it does not change their update.
@@ -26,6 +29,7 @@ diagnostics; it does not change their update.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -57,6 +61,9 @@ class MethodSpec:
         Auxiliary loss computed from the privileged teacher (key of :data:`AUX_LOSSES`).
     gate_beta : float or None
         ``beta_g`` of the gated distillation loss; None means "from the config" (SDAR's 5.0).
+    aux_coef : float or None
+        Weight of the auxiliary loss in the update; None means "from the config" (``sdar_coef``,
+        SDAR's 0.01). OPSD, whose loss is the distillation term alone, weighs it 1.
     privileged_teacher : bool
         Needs the privileged-context teacher log-probs on every response token (baselines).
     description : str
@@ -71,6 +78,7 @@ class MethodSpec:
     policy_gradient: bool = True
     aux_loss: str | None = None
     gate_beta: float | None = None
+    aux_coef: float | None = None
     privileged_teacher: bool = False
     description: str = ""
 
@@ -95,6 +103,13 @@ def register_method(spec: MethodSpec) -> MethodSpec:
     ):
         if value not in allowed:
             raise ValueError(f"method {spec.name!r}: {what}={value!r} not in {allowed}")
+    for what, value in (("gate_beta", spec.gate_beta), ("aux_coef", spec.aux_coef)):
+        if value is None:
+            continue
+        if spec.aux_loss is None:
+            raise ValueError(f"method {spec.name!r}: {what}={value!r} is set but the method has no aux_loss")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"method {spec.name!r}: {what}={value!r} must be a finite number >= 0")
     METHODS[spec.name] = spec
     return spec
 
@@ -231,7 +246,8 @@ for _spec in (
                description="OCSD on every step (no NLL-guided selection)"),
     MethodSpec("ocsd_no_sign", signal="residual", advantage="ocsd", sign_align=False,
                description="OCSD w/o sign alignment: A(1 + beta q)"),
-    MethodSpec("opsd", policy_gradient=False, aux_loss="gated_distill", gate_beta=0.0, privileged_teacher=True,
+    MethodSpec("opsd", policy_gradient=False, aux_loss="gated_distill", gate_beta=0.0, aux_coef=1.0,
+               privileged_teacher=True,
                description="OPSD: self-distillation from the privileged-context teacher, no RL term"),
     MethodSpec("grpo_opsd", aux_loss="gated_distill", gate_beta=0.0, privileged_teacher=True,
                description="GRPO+OPSD: GRPO plus the ungated distillation term"),

@@ -99,7 +99,7 @@ def read_run_info(run_dir: str | os.PathLike) -> dict:
     Raises
     ------
     RecordError
-        If it is missing, not JSON, or of an unknown ``schema_version``.
+        If it is missing, not a JSON object, or of an unknown ``schema_version``.
     """
     path = Path(run_dir) / RUN_FILE
     if not path.exists():
@@ -108,6 +108,8 @@ def read_run_info(run_dir: str | os.PathLike) -> dict:
         info = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise RecordError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(info, dict):
+        raise RecordError(f"{path}: not a JSON object")
     if info.get("schema_version") != SCHEMA_VERSION:
         raise RecordError(f"{path}: unknown schema_version {info.get('schema_version')!r}")
     return info

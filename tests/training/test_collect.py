@@ -12,8 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ocsd.cli import UsageError
 from ocsd.records import read_replay, validate_replay
-from training.collect import UsageError, main, resolve_model_source
+from training.collect import main, resolve_model_source
 
 pytestmark = pytest.mark.usefixtures("no_user_data")
 
@@ -100,6 +101,12 @@ def test_model_sources(tmp_path, tiny_checkpoint):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UsageError, match="--model"):
         resolve_model_source(str(tmp_path / "empty"))
+    for name, text in (("damaged", "{not json"), ("foreign", '{"run": "x"}')):  # nothing to inherit from
+        (tmp_path / name / "global_step_7").mkdir(parents=True)
+        (tmp_path / name / "global_step_7" / "actor").symlink_to(tiny_checkpoint / "actor", target_is_directory=True)
+        (tmp_path / name / "run.json").write_text(text)
+        source = resolve_model_source(str(tmp_path / name / "global_step_7"))
+        assert source.run_info == {} and source.label == name and source.global_step == 7
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -109,13 +116,16 @@ def test_model_sources(tmp_path, tiny_checkpoint):
     (["--model", "tiny", "--data", "/no/such/data"], "--data"),
     (["--model", "tiny", "batch_sizee=3"], "unknown key"),
     (["--model", "tiny", "temperature=0"], "temperature"),
+    (["--model", "tiny", "--rho", "1.5"], "rho=1.5: must be in (0, 1]"),  # the config's rule and message
+    (["--model", "tiny", "--rho", "0"], "rho=0.0: must be in (0, 1]"),
+    (["--model", "tiny", "--rho", "nan"], "rho=nan: must be in (0, 1]"),
 ])
 def test_flag_errors_exit_2_before_work(argv, message, capsys):
     assert main([*argv, "--tasks", "1", "--group", "2"]) == 2
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["--rho", "1.5"], ["--rho", "0"], ["--selection", "best"], ["--tasks", "0"]])
+@pytest.mark.parametrize("argv", [["--rho", "x"], ["--selection", "best"], ["--tasks", "0"]])
 def test_bad_values_are_usage_errors(argv, capsys):
     base = {"--tasks": "1", "--group": "2"}
     for flag, value in zip(argv[::2], argv[1::2]):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ocsd.replay.prompts import PromptRenderer
+from ocsd.replay.render import render_views
 from ocsd.replay.scoring import ReplayScorer, sequence_logprobs
-from ocsd.replay.views import render_views
 from training.replay import score_steps, step_record
 from training.rollout import StepSample, Trajectory
 

@@ -71,8 +71,9 @@ def test_grid_records_every_cell_skips_finished_and_survives_a_failure(tmp_path,
 
 @pytest.mark.parametrize("extra, message", [
     (["--methods", "grpo,nope"], "--methods: unknown ['nope']"),
-    (["--methods", "grpo", "--rho", "0.2,1.5"], "--rho: 1.5 is outside (0, 1]"),
-    (["--methods", "grpo", "--beta", "-0.1"], "--beta"),
+    (["--methods", "grpo", "--rho", "0.2,1.5"], "cell grpo_rho1.5_beta0.5_seed0: rho=1.5: must be in (0, 1]"),
+    (["--methods", "grpo", "--rho", "0.2,x"], "--rho: 'x' is not a number"),
+    (["--methods", "grpo", "--beta", "-0.1"], "beta=-0.1: must be in [0, 1]"),
     (["--methods", "grpo", "--seeds", "0,x"], "--seeds"),
     (["--methods", "grpo", "--parallel", "0"], "--parallel"),
     (["--methods", "grpo", "method=ocsd"], "set per cell"),

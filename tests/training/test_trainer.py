@@ -76,6 +76,31 @@ def test_every_method_runs_two_steps(tmp_path, games, method):
     assert info["method"] == method and info["config"]["rho"] == cfg.rho
 
 
+@pytest.mark.parametrize("method, other", [("ocsd", "logp_ablated"), ("ocsd_no_ablated", "logp_student")])
+def test_calibration_metrics_are_of_the_signal_the_update_used(tmp_path, games, monkeypatch, method, other):
+    """``calib/residual_mean`` and ``calib/q_mean`` average the token signal that shaped the advantages:
+    the residual for OCSD, the Full support delta_F for OCSD w/o Ablated view."""
+    import training.trainer as trainer_module
+
+    seen = []
+    real = trainer_module.token_advantages
+
+    def spy(spec, inputs, **kwargs):
+        seen.append(inputs)
+        return real(spec, inputs, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "token_advantages", spy)
+    trainer = Trainer(tiny_cfg(tmp_path / method, method=method, kl_coef=0.0, total_steps=2, save_freq=2), games=games)
+    for step in (1, 2):  # step 1 scores only the views of the update, step 2 (a checkpoint) every recorded view
+        row = trainer.train_step(step)
+        inputs = seen[-1]
+        sel = inputs.selected[:, None] & inputs.mask
+        assert sel.any()
+        e = (inputs.logp_full - getattr(inputs, other))[sel]
+        assert row["calib/residual_mean"] == pytest.approx(float(e.mean()), rel=1e-6, abs=1e-9)
+        assert row["calib/q_mean"] == pytest.approx(float(torch.tanh(e / 2).mean()), rel=1e-6, abs=1e-9)
+
+
 def test_grpo_and_ocsd_beta_zero_give_identical_updates():
     """Same batch, same non-zero advantages: GRPO and OCSD(beta=0) move the weights identically."""
     pytest.importorskip("verl")

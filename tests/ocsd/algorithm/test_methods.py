@@ -1,5 +1,7 @@
 """The method registry: every method dispatches through one path with the right ingredients."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -70,6 +72,27 @@ def test_replay_views_and_flags():
     assert {n for n in NAMES if get_method(n).privileged_teacher} == {"opsd", "grpo_opsd", "rlsd", "sdar"}
     assert get_method("ocsd_random_select").selection == "random"
     assert get_method("ocsd_all_steps").selection == "all"
+
+
+def test_auxiliary_loss_weights():
+    assert get_method("opsd").aux_coef == 1.0  # OPSD's loss is the distillation term alone
+    assert get_method("sdar").aux_coef is None and get_method("grpo_opsd").aux_coef is None  # the config's
+    assert all(get_method(n).aux_coef is None for n in NAMES if get_method(n).aux_loss is None)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(aux_coef=0.5), "aux_coef=0.5 is set but the method has no aux_loss"),
+    (dict(gate_beta=1.0), "gate_beta=1.0 is set but the method has no aux_loss"),
+    (dict(aux_loss="gated_distill", aux_coef=-1.0), "aux_coef=-1.0 must be a finite number >= 0"),
+    (dict(aux_loss="gated_distill", aux_coef=float("nan")), "aux_coef=nan must be a finite number >= 0"),
+    (dict(aux_loss="gated_distill", gate_beta=True), "gate_beta=True must be a finite number >= 0"),
+    (dict(selection="best"), "selection='best'"),
+    (dict(aux_loss="kl"), "aux_loss='kl'"),
+])
+def test_register_method_rejects_bad_specs(fields, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        register_method(MethodSpec("new_method", **fields))
+    assert "new_method" not in METHODS
 
 
 def test_missing_inputs_are_named():

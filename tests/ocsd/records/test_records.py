@@ -251,3 +251,11 @@ def test_meta_json_converts_numpy_paths_and_non_finite_numbers(tmp_path):
     folder = write_replay(tmp_path / "replay", steps, tokens, meta(extra=extra))
     written = json.loads((folder / "meta.json").read_text())["extra"]
     assert written == {"path": "a/b", "n": 3, "flag": True, "lr": 0.5, "nan": None, "inf": None, "pair": [1, 2.5]}
+
+
+def test_run_info_must_be_an_object(tmp_path):
+    from ocsd.records import read_run_info
+
+    (tmp_path / "run.json").write_text("[]")
+    with pytest.raises(RecordError, match="not a JSON object"):
+        read_run_info(tmp_path)

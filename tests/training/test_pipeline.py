@@ -1,0 +1,82 @@
+"""The batch pipeline shared by training steps and collections (training.pipeline), on made-up batches."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from ocsd.algorithm.signals import select_steps, step_nll
+from ocsd.records import META_KEYS
+from training.config import make_config
+from training.pipeline import batch_statistics, replay_meta
+from training.replay import ReplayScores
+from training.rollout import StepSample, Trajectory
+
+
+class StubPolicy:
+    """Log-probs from a seeded generator; its config has no ``rho``, so selection must take it as an argument."""
+
+    def __init__(self, seed: int = 0):
+        self.cfg = SimpleNamespace(seed=seed, invalid_action_penalty=0.1)
+
+    def rng(self, step: int, purpose: int) -> np.random.Generator:
+        return np.random.default_rng([self.cfg.seed, step, purpose])
+
+    def logprobs(self, pairs):
+        width = max(len(r) for _, r in pairs)
+        mask = torch.tensor([[t < len(r) for t in range(width)] for _, r in pairs])
+        lp = -torch.from_numpy(np.random.default_rng(7).exponential(size=(len(pairs), width))).float()
+        return torch.where(mask, lp, torch.zeros_like(lp)), mask
+
+
+def _batch(groups: int = 2, group_size: int = 3) -> list[Trajectory]:
+    rng = np.random.default_rng(1)
+    trajs = []
+    for i in range(groups * group_size):
+        traj = Trajectory(uid=f"s1_t{i // group_size}_r{i % group_size}", group_uid=f"s1_t{i // group_size}",
+                          task="task", task_type="pick", game="game", won=bool(rng.random() < 0.5))
+        for k in range(int(rng.integers(1, 6))):
+            traj.steps.append(StepSample(
+                step_idx=k, obs="o", admissible=[], history=[], history_shown=0, prompt_ids=[1, 2],
+                response_ids=rng.integers(3, 50, int(rng.integers(1, 5))).tolist(), response_text="", action="a",
+                well_formed=bool(rng.random() < 0.8)))
+        trajs.append(traj)
+    return trajs
+
+
+@pytest.mark.parametrize("selection, rho", [("top", 0.5), ("top", 0.2), ("random", 0.4), ("all", 0.3)])
+def test_batch_statistics_selects_with_the_given_rho(selection, rho):
+    policy, trajs, timings = StubPolicy(), _batch(), {}
+    stats = batch_statistics(policy, trajs, 4, selection=selection, rho=rho, timings=timings)
+    assert set(timings) == {"time/advantage", "time/old_logprob"}
+    assert stats.keys == [(t, s.step_idx) for t, traj in enumerate(trajs) for s in traj.steps]
+    np.testing.assert_allclose(stats.rewards, [float(t.won) - 0.1 * t.n_malformed for t in trajs])
+    for g in range(2):  # GRPO advantages are centred within each group
+        assert stats.advantages[3 * g: 3 * g + 3].sum() == pytest.approx(0.0, abs=1e-9)
+    old, mask = policy.logprobs(stats.pairs)
+    expected = select_steps(step_nll(old.double(), mask), torch.from_numpy(stats.traj_of_row), rho, mode=selection,
+                            generator=policy.rng(4, 3))
+    assert torch.equal(stats.selected, expected)
+    for t, traj in enumerate(trajs):
+        chosen = sum(1 for key in stats.selected_keys if key[0] == t)
+        assert chosen == (len(traj.steps) if selection == "all" else math.ceil(round(rho * len(traj.steps), 9)))
+    student = stats.student_logp()
+    assert all(len(student[(t, s.step_idx)]) == len(s.response_ids) for t, traj in enumerate(trajs) for s in traj.steps)
+
+
+def test_replay_meta_has_the_format_keys_then_the_extra_ones():
+    cfg = make_config(dict(model="tiny", run_name="r", rho=0.3, beta=0.25))
+    scores = ReplayScores(truncated=2, skipped=["too long"])
+    meta = replay_meta(cfg, global_step=5, model="tiny", method="ocsd", views=("student", "full", "ablated"),
+                       selection="top", scores=scores, seed=0)
+    assert set(META_KEYS) - {"schema_version"} <= set(meta)
+    assert (meta["global_step"], meta["run"], meta["rho"], meta["beta"], meta["views"]) == (
+        5, "r", 0.3, 0.25, ["student", "full", "ablated"])
+    assert (meta["truncated_steps"], meta["skipped_steps"], list(meta)[-1]) == (2, 1, "seed")
+    with pytest.raises(ValueError, match=r"extra meta key\(s\) \['rho'\]"):
+        replay_meta(cfg, global_step=5, model="tiny", method="ocsd", views=["student"], selection="top",
+                    scores=scores, rho=0.9)

@@ -1,0 +1,146 @@
+"""One batch from tasks to replay records: the pipeline a training step and a collection share.
+
+1. :func:`collect_batch`: B tasks x G rollouts (``time/rollout``), then :func:`batch_statistics`:
+   rewards with the invalid-action penalty, GRPO advantages per group, old-policy log-probs
+   (``time/old_logprob``), step NLL and the step selection of paper Algorithm 1;
+2. :func:`score_selected`: replay scores of the selected steps under the given views
+   (``time/replay_scoring``, split into ``time/replay_render`` and ``time/replay_forward``);
+3. :func:`record_tables` and :func:`replay_meta`: the ``steps`` and ``tokens`` tables and the
+   ``meta.json`` of a checkpoint in the replay-score format (written with :func:`ocsd.records.write_replay`).
+
+The random generators of a step are fixed by purpose (:meth:`training.policy.Policy.rng`), so a
+training step and a collection at the same step and seed draw the same tasks, rollouts and selection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ocsd.algorithm.advantages import grpo_advantage
+from ocsd.algorithm.signals import select_steps, step_nll
+from training.config import TrainConfig
+from training.policy import Policy, timed
+from training.replay import ReplayScores, StepKey, only_views, replay_tables, score_steps
+from training.rollout import Trajectory
+
+
+@dataclass
+class BatchStatistics:
+    """Per-step quantities of one batch, rows in (trajectory, step) order."""
+
+    keys: list[StepKey]
+    pairs: list[tuple[list[int], list[int]]]
+    traj_of_row: np.ndarray
+    rewards: np.ndarray  # (N,) terminal reward per trajectory
+    advantages: np.ndarray  # (N,) GRPO advantage per trajectory
+    old_logp: torch.Tensor  # (S, T)
+    mask: torch.Tensor  # (S, T)
+    nll: torch.Tensor  # (S,)
+    selected: torch.Tensor  # (S,) bool
+
+    @property
+    def selected_keys(self) -> list[StepKey]:
+        """The (trajectory, step) keys of the selected steps, in row order."""
+        return [key for key, s in zip(self.keys, self.selected.tolist()) if s]
+
+    def student_logp(self) -> dict[StepKey, np.ndarray]:
+        """Old-policy log-probs of each step's response, unpadded: the Student view."""
+        return {key: self.old_logp[i, : int(self.mask[i].sum())].numpy() for i, key in enumerate(self.keys)}
+
+    def nll_by_key(self) -> dict[StepKey, float]:
+        """Step NLL ``u`` of each step."""
+        return {key: float(v) for key, v in zip(self.keys, self.nll.tolist())}
+
+
+def batch_statistics(policy: Policy, trajs: list[Trajectory], step: int, *, selection: str, rho: float,
+                     timings: dict[str, float]) -> BatchStatistics:
+    """Rewards (with the invalid-action penalty), GRPO advantages per group, old-policy log-probs
+    (``time/old_logprob``), step NLL and the step selection.
+
+    Parameters
+    ----------
+    policy : Policy
+    trajs : list of Trajectory
+        The batch, groups of G consecutive rollouts of one task.
+    step : int
+        Training step (seeds the selection of ``selection="random"``).
+    selection : {"top", "random", "all"}
+        Step-selection mode (:func:`ocsd.algorithm.signals.select_steps`).
+    rho : float
+        Selection ratio in (0, 1], as validated by :class:`training.config.TrainConfig`.
+    timings : dict
+        Seconds per phase, added to.
+    """
+    keys = [(t, s.step_idx) for t, traj in enumerate(trajs) for s in traj.steps]
+    pairs = [(trajs[t].steps[k].prompt_ids, trajs[t].steps[k].response_ids) for t, k in keys]
+    traj_of_row = np.array([t for t, _ in keys])
+    rewards = np.array([tr.reward(policy.cfg.invalid_action_penalty) for tr in trajs])
+    groups = torch.tensor([int(tr.group_uid.split("_t")[-1]) for tr in trajs])
+    with timed(timings, "time/advantage"):
+        advantages = grpo_advantage(torch.from_numpy(rewards), groups).numpy()
+    with timed(timings, "time/old_logprob"):
+        old_logp, mask = policy.logprobs(pairs)
+    with timed(timings, "time/advantage"):
+        nll = step_nll(old_logp.double(), mask)
+        selected = select_steps(nll, torch.from_numpy(traj_of_row), rho, mode=selection,
+                                generator=policy.rng(step, 3))
+    return BatchStatistics(keys, pairs, traj_of_row, rewards, advantages, old_logp, mask, nll, selected)
+
+
+def collect_batch(policy: Policy, step: int, *, selection: str, rho: float, timings: dict[str, float],
+                  desc: str = "rollout") -> tuple[list[Trajectory], BatchStatistics]:
+    """Sample ``batch_size`` training tasks, roll each out ``group_size`` times (``time/rollout``) and
+    compute the batch's :class:`BatchStatistics` (see :func:`batch_statistics`)."""
+    cfg = policy.cfg
+    with timed(timings, "time/rollout"):
+        specs = policy.games.sample_train(policy.rng(step, 0), cfg.batch_size)
+        trajs = policy.collect(step, [s for s in specs for _ in range(cfg.group_size)], desc=desc)
+    return trajs, batch_statistics(policy, trajs, step, selection=selection, rho=rho, timings=timings)
+
+
+def score_selected(policy: Policy, trajs: Sequence[Trajectory], stats: BatchStatistics, views: Sequence,
+                   timings: dict[str, float], *, progress: bool = False) -> ReplayScores:
+    """Replay scores of the selected steps under ``views`` (names or view objects; the Student view is
+    passed through from the old-policy log-probs), timed as ``time/replay_scoring``. No views: nothing
+    is scored."""
+    cfg = policy.cfg
+    with timed(timings, "time/replay_scoring"):
+        if not views:
+            return ReplayScores()
+        return score_steps(policy.scorer, policy.renderer, trajs, stats.selected_keys, list(views),
+                           stats.student_logp(), env_name=cfg.env, max_prompt_length=cfg.max_prompt_length,
+                           progress=progress, timings=timings)
+
+
+def record_tables(trajs: Sequence[Trajectory], stats: BatchStatistics, scores: ReplayScores, views: Sequence[str],
+                  *, global_step: int, tokenizer) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The ``steps`` and ``tokens`` tables of a checkpoint: every step of the batch, with token rows
+    for the selected steps that have every one of ``views`` (the others are written as unscored)."""
+    return replay_tables(trajs, global_step=global_step, rewards=stats.rewards, advantages=stats.advantages,
+                         nll=stats.nll_by_key(), selected=set(stats.selected_keys),
+                         scores=only_views(scores, views), tokenizer=tokenizer, views=views)
+
+
+def replay_meta(cfg: TrainConfig, *, global_step: int, model: str, method: str, views: Sequence[str],
+                selection: str, scores: ReplayScores, **extra) -> dict:
+    """The ``meta.json`` of a checkpoint: the keys of :data:`ocsd.records.META_KEYS` (``schema_version``
+    is added when written), the selection mode, the steps whose history was shortened
+    (``truncated_steps``) or that could not be rendered (``skipped_steps``), then ``extra``.
+
+    Raises
+    ------
+    ValueError
+        If a key of ``extra`` is one of these.
+    """
+    meta = {"global_step": global_step, "run": cfg.run_name, "model": model, "env": cfg.env, "method": method,
+            "rho": cfg.rho, "beta": cfg.beta, "views": list(views), "selection": selection,
+            "truncated_steps": scores.truncated, "skipped_steps": len(scores.skipped)}
+    taken = sorted(set(extra) & set(meta))
+    if taken:
+        raise ValueError(f"extra meta key(s) {taken} would replace the checkpoint's own")
+    return {**meta, **extra}
