@@ -99,6 +99,15 @@ def test_generator_deterministic_and_splits_disjoint(tmp_path, generated):
     assert a.split("(:init")[1] != b.split("(:init")[1]
 
 
+def test_generated_games_same_order_generated_and_loaded(tmp_path):
+    from training.envs.games import generated_games
+
+    fresh = generated_games(tmp_path, 3, "train", seed=0, progress=False)
+    loaded = generated_games(tmp_path, 3, "train", seed=0, progress=False)
+    assert [g.path for g in loaded] == [g.path for g in fresh]
+    assert [Path(g.path).parent.name for g in fresh] == [f"trial_G0_{i:05d}" for i in range(3)]
+
+
 def test_flat_folder_and_goal_task_type(tmp_path, generated):
     _, specs = generated
     for s in specs:

@@ -19,12 +19,15 @@ from training.envs.alfworld_engine import AlfworldDataError
 
 def generated_games(folder: Path, n: int, split: str, seed: int, progress: bool = True) -> list[GameSpec]:
     """``n`` generated games of ``split`` with generator seed ``seed`` in ``folder``: the ones already
-    there, else newly generated (deterministic, so regenerating writes the same games)."""
+    there, else newly generated (deterministic, so regenerating writes the same games).
+
+    Games are in generation order (their ``trial_G<seed>_<index>`` folder) whether they were just
+    generated or loaded, so a run samples the same tasks on its first and on later invocations."""
     try:
         have = load_games(folder, split=split)
     except AlfworldDataError:
         have = []
-    mine = sorted((s for s in have if f"trial_G{seed}_" in s.path), key=lambda s: s.path)
+    mine = sorted((s for s in have if f"trial_G{seed}_" in s.path), key=lambda s: Path(s.path).parent.name)
     if len(mine) >= n:
         return mine[:n]
     return generate_games(folder, n, seed=seed, split=split, progress=progress)
