@@ -9,13 +9,13 @@ calls :func:`get_environment` and reads the spec.
 
 from __future__ import annotations
 
-import importlib
 import re
 import string
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ocsd.environments.formats import ParsedOutput
+from ocsd.imports import import_reference
 from ocsd.environments.labels import StepLabels
 from ocsd.environments.lexicon import Lexicon
 
@@ -177,16 +177,7 @@ class EnvironmentSpec:
             If the runtime's module cannot be imported (its engine is not installed).
         """
         self.check_runtime()
-        module_name, attr = self.runtime.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as err:
-            raise ImportError(f"environment {self.name!r}: cannot import its runtime {self.runtime!r}: {err}") from err
-        try:
-            return getattr(module, attr)
-        except AttributeError:
-            raise ImportError(f"environment {self.name!r}: runtime {self.runtime!r}: module {module_name!r} "
-                              f"has no attribute {attr!r}") from None
+        return import_reference(self.runtime, what=f"environment {self.name!r}: runtime")
 
 
 ENVIRONMENTS: dict[str, EnvironmentSpec] = {}

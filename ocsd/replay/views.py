@@ -64,14 +64,12 @@ with :func:`load_view`.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from ocsd.environments import get_environment
+from ocsd.imports import import_reference
 from ocsd.replay.prompts import PromptRenderer, Segment, interaction_text
 from ocsd.replay.schemas import action_schema
 
@@ -395,32 +393,6 @@ class ScaffoldOnlyView(TemplateView):
         return evidence_pieces(step, ablate=True, schema=False)
 
 
-def _import_object(spec: str) -> Any:
-    module_name, _, attr = spec.rpartition(":")
-    if not module_name or not attr:
-        raise ValueError(f"view {spec!r}: use a built-in name {sorted(VIEWS)} or 'module:Class'")
-    if module_name.endswith(".py"):
-        path = Path(module_name)
-        if not path.is_file():
-            raise ValueError(f"view {spec!r}: file {path} does not exist")
-        mod_key = f"ocsd_user_view_{abs(hash(str(path.resolve())))}"
-        module = sys.modules.get(mod_key)
-        if module is None:
-            loader_spec = importlib.util.spec_from_file_location(mod_key, path)
-            module = importlib.util.module_from_spec(loader_spec)
-            sys.modules[mod_key] = module
-            loader_spec.loader.exec_module(module)
-    else:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as err:
-            raise ValueError(f"view {spec!r}: cannot import module {module_name!r}: {err}") from err
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ValueError(f"view {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
-
-
 def load_view(spec: str) -> ReplayView:
     """A view from a built-in name (:data:`VIEWS`) or ``module:Class`` / ``path/file.py:Class``.
 
@@ -429,12 +401,26 @@ def load_view(spec: str) -> ReplayView:
     Raises
     ------
     ValueError
-        If the spec names nothing, or the object is not a view (no ``name`` or ``render``).
+        If the spec names nothing, its module cannot be imported (a syntax error or an exception while
+        importing it included), the class needs arguments, or the object is not a view (no ``name`` or
+        ``render``); the message names the spec.
     """
     if spec in VIEWS:
         return VIEWS[spec]()
-    obj = _import_object(spec)
-    view = obj() if isinstance(obj, type) else obj
+    if ":" not in str(spec):
+        raise ValueError(f"view {spec!r}: use a built-in name {sorted(VIEWS)} or 'module:Class'")
+    try:
+        obj = import_reference(spec, what=f"view {spec!r}")
+    except ImportError as err:
+        raise ValueError(str(err)) from None
+    if isinstance(obj, type):
+        try:
+            view = obj()
+        except Exception as err:  # noqa: BLE001 - a user's class: one line naming it
+            raise ValueError(f"view {spec!r}: {obj.__name__}() failed ({type(err).__name__}: {err}); a view class "
+                             f"must be constructible without arguments") from None
+    else:
+        view = obj
     if not isinstance(getattr(view, "name", None), str) or not view.name or not callable(getattr(view, "render", None)):
         raise ValueError(f"view {spec!r} is not a ReplayView: it needs a non-empty str 'name' and a "
                          "'render(step, renderer) -> list[int]' method")
