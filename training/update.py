@@ -2,7 +2,8 @@
 
 The clipped surrogate, the KL estimator and the loss aggregation are verl's own functions
 (``verl.trainer.ppo.core_algos``); this module batches the steps, runs the forward/backward passes
-and the AdamW step.
+and the AdamW step. A non-finite loss, gradient norm or updated parameter raises
+:class:`FloatingPointError`, so the trainer stops before a checkpoint can hold non-finite weights.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from ocsd.algorithm.methods import MethodSpec, auxiliary_loss_matrix
 from ocsd.replay.scoring import response_logprobs
+from training.config import COUNT, NON_NEGATIVE, POSITIVE
 
 
 @dataclass
@@ -43,12 +45,29 @@ class LossSettings:
     grad_clip: float = 1.0
     micro_batch_tokens: int = 16384
 
+    def __post_init__(self) -> None:
+        for name, allowed in (("clip_ratio", POSITIVE), ("kl_coef", NON_NEGATIVE), ("aux_coef", NON_NEGATIVE),
+                              ("gate_beta", NON_NEGATIVE), ("grad_clip", POSITIVE), ("micro_batch_tokens", COUNT)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r}: must be {allowed}")
+
 
 def _actor_config(settings: LossSettings):
     from verl.workers.config.actor import ActorConfig
 
-    return ActorConfig(strategy="fsdp", clip_ratio=settings.clip_ratio, loss_agg_mode=settings.loss_agg_mode,
+    # verl's vanilla loss clips to [1 - clip_ratio_low, 1 + clip_ratio_high]; both default to 0.2
+    # whatever clip_ratio says, so all three are set
+    return ActorConfig(strategy="fsdp", clip_ratio=settings.clip_ratio, clip_ratio_low=settings.clip_ratio,
+                       clip_ratio_high=settings.clip_ratio, loss_agg_mode=settings.loss_agg_mode,
                        ppo_mini_batch_size=1, ppo_micro_batch_size_per_gpu=1, rollout_n=1)
+
+
+def non_finite_parameter(model) -> str | None:
+    """Name of the first trainable parameter holding a nan or an infinity, or None when all are finite."""
+    params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    if not params or bool(torch.stack([p.detach().isfinite().all() for _, p in params]).all()):
+        return None
+    return next(name for name, p in params if not bool(p.detach().isfinite().all()))
 
 
 def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
@@ -127,6 +146,12 @@ def ppo_update(
     Each mini-batch's loss is the verl aggregation over all its tokens: micro-batches pass the
     mini-batch token (or sequence) count to ``agg_loss`` so that gradient accumulation gives the
     same gradient as one big batch.
+
+    Raises
+    ------
+    FloatingPointError
+        If a loss or gradient norm is non-finite (before the optimizer step), or a trainable
+        parameter is non-finite after an optimizer step (the message names the step and parameter).
     """
     actor_config = _actor_config(settings)
     n = len(rows.prompt_ids)
@@ -134,6 +159,7 @@ def ppo_update(
     lengths = [len(p) + len(r) for p, r in zip(rows.prompt_ids, rows.response_ids)]
     history: dict[str, list[float]] = {}
     model.train()
+    n_steps = 0
     for _ in range(epochs):
         order = rng.permutation(n) if mini_batches > 1 else np.arange(n)
         for part in np.array_split(order, mini_batches):
@@ -161,6 +187,11 @@ def ppo_update(
             if not torch.isfinite(norm):
                 raise FloatingPointError(f"gradient norm is {norm.item()} (non-finite) in the policy update")
             optimizer.step()
+            n_steps += 1
+            bad = non_finite_parameter(model)
+            if bad is not None:
+                raise FloatingPointError(f"parameter {bad} is non-finite after optimizer step {n_steps} "
+                                         f"of the policy update (lr {optimizer.param_groups[0]['lr']})")
             if scheduler is not None:
                 scheduler.step()
             history.setdefault("actor/grad_norm", []).append(float(norm))

@@ -9,6 +9,7 @@ initialised Llama built from a config for tests.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -17,9 +18,11 @@ from pathlib import Path
 import torch
 
 __all__ = [
+    "ModelFolderError",
     "ModelNotFoundError",
     "SMOLLM2_GGUF",
     "cache_root",
+    "check_model_folder",
     "load_model",
     "load_tokenizer",
     "resolve_dtype",
@@ -43,7 +46,11 @@ _DTYPES = {
 
 
 class ModelNotFoundError(ValueError):
-    """Raised when a model spec names nothing on the local disk (this suite never downloads)."""
+    """Raised when a model spec names no usable model on the local disk (this suite never downloads)."""
+
+
+class ModelFolderError(ModelNotFoundError):
+    """A local model folder exists but a file in it is missing, unreadable or corrupt; the message names it."""
 
 
 def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
@@ -148,13 +155,70 @@ def resolve_model(spec: str | os.PathLike) -> Path:
     path = Path(text).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise ModelNotFoundError(f"model folder {path} has no config.json; expected a Hugging Face model folder")
+            raise ModelFolderError(f"model folder {path} has no config.json; expected a Hugging Face model folder")
         return path
     raise ModelNotFoundError(
         f"model {text!r} is not a local folder. This suite never downloads weights: fetch them yourself "
         f"(e.g. `hf download {text} --local-dir /path/to/{Path(text).name}`) and pass that folder, "
         f"or use 'smollm2' for the bundled SmolLM2-135M-Instruct."
     )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _check_json(file: Path) -> dict:
+    try:
+        value = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFolderError(f"{file}: not a readable JSON file ({_one_line(exc)})") from None
+    if not isinstance(value, dict):
+        raise ModelFolderError(f"{file}: expected a JSON object")
+    return value
+
+
+def _check_safetensors(file: Path) -> None:
+    from safetensors import SafetensorError, safe_open
+
+    if not file.is_file():
+        raise ModelFolderError(f"{file}: missing weights file")
+    try:
+        with safe_open(file, framework="pt"):
+            pass
+    except (OSError, SafetensorError) as exc:
+        raise ModelFolderError(f"{file}: truncated or corrupt safetensors file ({_one_line(exc)})") from None
+
+
+def check_model_folder(path: str | os.PathLike) -> Path:
+    """Check a local Hugging Face model folder without loading its weights; return it.
+
+    ``config.json`` must be a JSON object, and the weights must be present: every safetensors
+    file (``model.safetensors`` or the shards named by ``model.safetensors.index.json``) must have a
+    readable header and cover exactly the bytes that header describes (a truncated copy fails), or a
+    ``pytorch_model.bin`` (or its index) must exist. Reads only headers: fast on any model size.
+
+    Raises
+    ------
+    ModelFolderError
+        Naming the missing, unreadable or corrupt file.
+    """
+    folder = resolve_model(path)
+    _check_json(folder / "config.json")
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = _check_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ModelFolderError(f"{index}: no weight_map")
+        for shard in sorted(set(map(str, weight_map.values()))):
+            _check_safetensors(folder / shard)
+    elif (folder / "model.safetensors").exists():
+        _check_safetensors(folder / "model.safetensors")
+    elif not any((folder / name).is_file() for name in ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        raise ModelFolderError(f"model folder {folder} has no weights (model.safetensors, "
+                               f"model.safetensors.index.json or pytorch_model.bin)")
+    return folder
 
 
 def load_model(
@@ -176,24 +240,46 @@ def load_model(
         Weight dtype (``torch.float32``, ``"bf16"``, ``"fp16"``).
     attn_implementation : str, optional
         Passed to ``from_pretrained`` (``"sdpa"``, ``"eager"``, ``"flash_attention_2"``).
+
+    Raises
+    ------
+    ModelNotFoundError
+        If nothing local matches (see :func:`resolve_model`); :class:`ModelFolderError`, naming the
+        file or folder, if the folder is incomplete or corrupt (see :func:`check_model_folder`).
     """
     _offline()
     from transformers import AutoModelForCausalLM
 
-    folder = resolve_model(path_or_name)
+    from safetensors import SafetensorError
+
+    folder = check_model_folder(path_or_name)
     kwargs = {"local_files_only": True, "dtype": resolve_dtype(dtype)}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
+        raise ModelFolderError(f"model folder {folder} cannot be loaded: {_one_line(exc)}") from exc
     return model.to(device).eval()
 
 
 def load_tokenizer(path_or_name: str | os.PathLike):
-    """Load the tokenizer of a local model folder or ``smollm2`` (never downloads)."""
+    """Load the tokenizer of a local model folder or ``smollm2`` (never downloads).
+
+    Raises
+    ------
+    ModelNotFoundError
+        If nothing local matches (see :func:`resolve_model`); :class:`ModelFolderError`, naming the
+        folder, if its tokenizer or ``config.json`` cannot be read.
+    """
     _offline()
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_model(path_or_name), local_files_only=True)
+    folder = resolve_model(path_or_name)
+    try:
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelFolderError(f"model folder {folder}: its tokenizer cannot be loaded: {_one_line(exc)}") from exc
 
 
 def tiny_model(

@@ -12,7 +12,9 @@ import torch
 
 from ocsd.replay import models
 from ocsd.replay.models import (
+    ModelFolderError,
     ModelNotFoundError,
+    check_model_folder,
     load_model,
     load_tokenizer,
     resolve_dtype,
@@ -41,6 +43,71 @@ def test_hub_ids_are_refused(spec):
 def test_folder_without_config_is_refused(tmp_path):
     with pytest.raises(ModelNotFoundError, match="has no config.json"):
         resolve_model(tmp_path)
+
+
+@pytest.fixture()
+def saved_tiny(tmp_path):
+    """A complete Hugging Face folder of a tiny model (no tokenizer)."""
+    folder = tmp_path / "tiny"
+    tiny_model(vocab_size=100, seed=1).save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def _one_line_naming(exc_info, name: str) -> None:
+    text = str(exc_info.value)
+    assert "\n" not in text and name in text, text
+
+
+def test_complete_folder_passes_the_check(saved_tiny):
+    assert check_model_folder(saved_tiny) == saved_tiny
+
+
+def test_corrupt_config_json_is_named(saved_tiny):
+    (saved_tiny / "config.json").write_text('{"model_type": "llama",')
+    for load in (check_model_folder, load_model):
+        with pytest.raises(ModelFolderError, match="config.json: not a readable JSON file") as info:
+            load(saved_tiny)
+        _one_line_naming(info, str(saved_tiny / "config.json"))
+
+
+def test_truncated_safetensors_is_named(saved_tiny):
+    weights = saved_tiny / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1000])
+    for load in (check_model_folder, load_model):
+        with pytest.raises(ModelFolderError, match="truncated or corrupt safetensors") as info:
+            load(saved_tiny)
+        _one_line_naming(info, str(weights))
+    weights.write_bytes(b"")
+    with pytest.raises(ModelFolderError, match="model.safetensors: truncated"):
+        load_model(saved_tiny)
+
+
+def test_folder_without_weights_is_refused(saved_tiny):
+    (saved_tiny / "model.safetensors").unlink()
+    with pytest.raises(ModelFolderError, match="has no weights") as info:
+        load_model(saved_tiny)
+    _one_line_naming(info, str(saved_tiny))
+
+
+def test_sharded_folder_with_a_missing_shard_is_named(saved_tiny):
+    import json
+
+    (saved_tiny / "model.safetensors").rename(saved_tiny / "model-00001-of-00002.safetensors")
+    index = {"weight_map": {"lm_head.weight": "model-00001-of-00002.safetensors",
+                            "model.norm.weight": "model-00002-of-00002.safetensors"}}
+    (saved_tiny / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ModelFolderError, match="model-00002-of-00002.safetensors: missing weights file"):
+        check_model_folder(saved_tiny)
+
+
+def test_unreadable_tokenizer_is_one_line(saved_tiny):
+    with pytest.raises(ModelFolderError, match="its tokenizer cannot be loaded") as info:
+        load_tokenizer(saved_tiny)
+    _one_line_naming(info, str(saved_tiny))
+
+
+def test_folder_errors_are_model_not_found_errors():
+    assert issubclass(ModelFolderError, ModelNotFoundError) and issubclass(ModelFolderError, ValueError)
 
 
 def test_resolve_dtype():
