@@ -16,6 +16,10 @@ every diagnostic reads. Views beyond Full and Observation-Ablated (a built-in na
 Settings that shape the rollout (prompt and response lengths, history, step cap, sampling) come from
 the checkpoint's ``run.json`` when there is one, then ``--config``, then ``key=value`` overrides, then
 the named flags.
+
+``--out`` has one writer (:class:`ocsd.records.RunLock`) and only ever holds collections: a folder
+that is in use, holds a training run (or another command's run), or holds files that are not a run is
+refused with exit status 2 before any work.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ ROLLOUT_KEYS = ("env", "history_length", "max_prompt_length", "max_response_leng
                 "top_p", "invalid_action_penalty", "rho", "beta", "train_split", "val_split", "games_dir",
                 "n_train_games", "n_val_games", "data")
 """Keys taken from a checkpoint's ``run.json`` config (the rest are local choices: device, batching)."""
+COLLECT_SOURCE = "training.collect"
+"""The ``source`` of a collection's ``run.json`` and ``meta.json``: the folders a collection may add to."""
 NO_DONOR_VIEWS = ("swap",)
 """Built-in views that need a donor observation per step, which a collection does not assign."""
 
@@ -96,9 +102,34 @@ def _run_info(run_dir: Path) -> dict:
         return {}
 
 
+def last_checkpoint(run_dir: Path, flag: str = "--model") -> Path:
+    """The last checkpoint of a run folder with saved weights and complete replay records (``meta.json``);
+    later ones without ``meta.json`` (a run stopped while writing them) are skipped with a warning. A run
+    whose checkpoints have weights but no replay records at all gives its last one with weights.
+
+    Raises
+    ------
+    UsageError
+        Naming ``flag`` when no checkpoint has saved weights.
+    """
+    from ocsd.records import META_FILE, checkpoint_dirs
+
+    with_weights = [c for _, c in checkpoint_dirs(run_dir) if (c / "actor" / "config.json").is_file()]
+    if not with_weights:
+        raise UsageError(f"{flag}: {run_dir} is neither a checkpoint (global_step_<N>/actor/), a run folder with "
+                         f"saved weights, nor a Hugging Face model folder (config.json)")
+    complete = [c for c in with_weights if (c / "replay" / META_FILE).is_file()]
+    if not complete:
+        return with_weights[-1]
+    for later in with_weights[with_weights.index(complete[-1]) + 1:]:
+        print(f"warning: {flag}: skipping {later}, an incomplete checkpoint (no replay/{META_FILE}: the run "
+              f"stopped while writing it); using {complete[-1].name}", file=sys.stderr)
+    return complete[-1]
+
+
 def resolve_model_source(spec: str, *, flag: str = "--model") -> ModelSource:
     """Resolve a base model name, a checkpoint (``global_step_N`` or its ``actor/``), a run folder (its
-    last checkpoint with weights) or a Hugging Face folder.
+    last complete checkpoint with weights, :func:`last_checkpoint`) or a Hugging Face folder.
 
     Raises
     ------
@@ -121,13 +152,8 @@ def resolve_model_source(spec: str, *, flag: str = "--model") -> ModelSource:
         step = _step_of(path, path, flag) if state.is_file() else 0
         return ModelSource(spec, str(path), step, None, {}, path.name)
     else:
-        from ocsd.records import checkpoint_dirs
-
-        ckpts = [(n, c) for n, c in checkpoint_dirs(path) if (c / "actor" / "config.json").is_file()]
-        if not ckpts:
-            raise UsageError(f"{flag}: {path} is neither a checkpoint (global_step_<N>/actor/), a run folder with "
-                             f"saved weights, nor a Hugging Face model folder (config.json)")
-        ckpt, actor = ckpts[-1][1], ckpts[-1][1] / "actor"
+        ckpt = last_checkpoint(path, flag)
+        actor = ckpt / "actor"
     if not (actor / "config.json").is_file():
         raise UsageError(f"{flag}: {actor} has no config.json (the checkpoint was saved without weights: "
                          f"save_weights=false)")
@@ -157,7 +183,11 @@ def build_config(source: ModelSource, *, config_path: str | None, overrides: Seq
         path = Path(config_path)
         if not path.is_file():
             raise UsageError(f"--config: no such file {path}")
-        loaded = yaml.safe_load(path.read_text()) or {}
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            why = " ".join(str(exc).split())
+            raise UsageError(f"--config: {path} is not valid YAML ({why})") from None
         if not isinstance(loaded, dict):
             raise UsageError(f"--config: {path} is not a mapping of key: value")
         values.update(loaded)
@@ -277,26 +307,58 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    from training.config import ConfigError
+def check_out_folder(out: Path) -> None:
+    """Refuse an ``--out`` whose files a collection would replace without owning them.
 
+    A folder that does not exist, is empty or holds a ``training.collect`` run is fine (collections of
+    several checkpoints share one folder).
+
+    Raises
+    ------
+    UsageError
+        When ``out`` holds a run written by another command (a training run), an unreadable
+        ``run.json``, or files that are not a run.
+    """
+    from ocsd.records import LOCK_FILE, RUN_FILE, RecordError, read_run_info
+
+    if not (out / RUN_FILE).exists():
+        others = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
+        if others:
+            shown = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "")
+            raise UsageError(f"--out: {out} is not empty ({shown}) and holds no run (no {RUN_FILE}); "
+                             f"use a new or empty folder")
+        return
     try:
-        if args.data is not None and not Path(args.data).expanduser().is_dir():
-            raise UsageError(f"--data: folder {args.data!r} does not exist")
-        source = resolve_model_source(args.model, flag="--model")
-        out = Path(args.out) if args.out else Path("checkpoints") / "collect" / source.label
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"--out: {out} exists and is not a folder")
-        views = resolve_views([v.strip() for v in args.views.split(",") if v.strip()])
-        cfg = build_config(source, config_path=args.config, overrides=args.overrides, flags=dict(
-            env=args.env, batch_size=args.tasks, group_size=args.group, rho=args.rho, seed=args.seed,
-            data=args.data, run_dir=str(out), run_name=f"collect_{source.label}"))
-    except (UsageError, ConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        source = read_run_info(out).get("source")
+    except RecordError as exc:
+        raise UsageError(f"--out: {exc}; use another folder") from None
+    if source != COLLECT_SOURCE:
+        what = f"a run written by {source}" if source else "a training run"
+        raise UsageError(f"--out: {out} holds {what}; collecting into it would replace its {RUN_FILE} and replay "
+                         f"files: use another --out (collections share one folder with each other only)")
 
+
+def _plan(args):
+    """The model source, output folder, views and config of a command line (nothing is written)."""
+    from training.config import folder_problem
+
+    if args.data is not None and not Path(args.data).expanduser().is_dir():
+        raise UsageError(f"--data: folder {args.data!r} does not exist")
+    source = resolve_model_source(args.model, flag="--model")
+    out = Path(args.out) if args.out is not None else Path("checkpoints") / "collect" / source.label
+    problem = folder_problem(args.out if args.out is not None else str(out))
+    if problem:
+        raise UsageError(f"--out: {problem}")
+    views = resolve_views([v.strip() for v in args.views.split(",") if v.strip()])
+    cfg = build_config(source, config_path=args.config, overrides=args.overrides, flags=dict(
+        env=args.env, batch_size=args.tasks, group_size=args.group, rho=args.rho, seed=args.seed,
+        data=args.data, run_dir=str(out), run_name=f"collect_{source.label}"))
+    if cfg.overwrite:
+        raise UsageError("overwrite=true: a collection never replaces another run; use another --out")
+    return source, out, views, cfg
+
+
+def _collect(args, source: ModelSource, out: Path, views, cfg) -> int:
     from ocsd.environments import get_environment
     from ocsd.records import RunWriter
 
@@ -310,10 +372,10 @@ def main(argv: list[str] | None = None) -> int:
 
     policy = Policy(cfg, games)
     method = str(source.run_info.get("method", "base")) if source.checkpoint else "base"
-    extra = {"source": "training.collect", "checkpoint": str(source.checkpoint) if source.checkpoint else None,
+    extra = {"source": COLLECT_SOURCE, "checkpoint": str(source.checkpoint) if source.checkpoint else None,
              "seed": cfg.seed, "tasks": cfg.batch_size, "group": cfg.group_size}
     RunWriter(out).write_run_json({"run": cfg.run_name, "method": method, "env": cfg.env, "model": source.spec,
-                                   "seed": cfg.seed, "source": "training.collect", "config": cfg.to_dict(),
+                                   "seed": cfg.seed, "source": COLLECT_SOURCE, "config": cfg.to_dict(),
                                    "games": games.describe()})
     folder, summary = collect_replay(policy, global_step=source.global_step, views=views, selection=args.selection,
                                      model=source.spec, method=method, extra=extra)
@@ -325,6 +387,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: {summary['skipped']} selected step(s) could not be rendered under every view; they are "
               f"written as unscored", file=sys.stderr)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from ocsd.records import RunInUseError, RunLock
+    from training.config import ConfigError
+
+    try:
+        source, out, views, cfg = _plan(args)
+        with RunLock(out):  # one writer: refused while another command writes the folder
+            check_out_folder(out)
+            return _collect(args, source, out, views, cfg)
+    except (UsageError, ConfigError, RunInUseError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """Training configuration: one frozen, typed dataclass, loaded from YAML plus ``key=value`` overrides.
 
 Every field has a one-line description (shown by ``python -m training.train --help-config``).
-Values are checked in ``__post_init__``, so a bad config stops the run before any work starts.
+Values are checked in ``__post_init__``, so a bad config stops the run before any work starts: every
+numeric setting against its :class:`Range` (finite; a count an integer >= 1; shares and probabilities
+within [0, 1]), the device against this machine's torch build, and a model folder against its files
+(``config.json`` and the weights' headers, see :func:`ocsd.replay.models.check_model_folder`).
 Defaults are the paper's (appendix tables "Shared hyperparameters" and "Benchmark-specific
 training configurations"); ``training/configs/*.yaml`` hold the named settings.
 """
@@ -9,7 +12,9 @@ training configurations"); ``training/configs/*.yaml`` hold the named settings.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
@@ -24,8 +29,62 @@ class ConfigError(ValueError):
     """A config file, key or value is wrong; the message names it."""
 
 
-def _doc(text: str, default: Any) -> Any:
-    return field(default=default, metadata={"doc": text})
+@dataclass(frozen=True)
+class Range:
+    """The allowed values of a numeric setting: a finite number (or an integer) from ``low`` to ``high``.
+
+    ``value in Range(...)`` is False for bools, non-numbers, nan and infinities.
+    """
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False  # ``low`` itself is excluded
+    high_open: bool = False  # ``high`` itself is excluded
+    integer: bool = False
+
+    def __contains__(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float)):
+            return False
+        if not math.isfinite(value):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def _number(self, x: float) -> str:
+        return str(int(x)) if self.integer else f"{x:g}"
+
+    def __str__(self) -> str:
+        kind = "an integer" if self.integer else "a finite number"
+        low, high = math.isfinite(self.low), math.isfinite(self.high)
+        if low and high:
+            interval = (f"{'(' if self.low_open else '['}{self._number(self.low)}, "
+                        f"{self._number(self.high)}{')' if self.high_open else ']'}")
+            return f"an integer in {interval}" if self.integer else f"in {interval}"
+        if low:
+            return f"{kind} {'>' if self.low_open else '>='} {self._number(self.low)}"
+        if high:
+            return f"{kind} {'<' if self.high_open else '<='} {self._number(self.high)}"
+        return kind
+
+
+COUNT = Range(1, integer=True)
+"""An integer >= 1 (sizes, lengths, step counts)."""
+NON_NEGATIVE_INT = Range(0, integer=True)
+"""An integer >= 0 (where 0 switches something off)."""
+POSITIVE = Range(0, low_open=True)
+"""A finite number > 0."""
+NON_NEGATIVE = Range(0)
+"""A finite number >= 0 (coefficients, penalties)."""
+PROBABILITY = Range(0, 1)
+"""A number in [0, 1]."""
+SHARE = Range(0, 1, low_open=True)
+"""A number in (0, 1]: a share that cannot be empty."""
+
+
+def _doc(text: str, default: Any, allowed: Range | None = None) -> Any:
+    """A field with its one-line description and, for a numeric setting, its :class:`Range`."""
+    return field(default=default, metadata={"doc": text, "range": allowed})
 
 
 @dataclass(frozen=True)
@@ -34,65 +93,72 @@ class TrainConfig:
 
     # run
     run_name: str = _doc("run name written to run.json and meta.json", "ocsd")
-    run_dir: str = _doc("folder the run is written to (shared/CONTRACT.md layout)", "checkpoints/ocsd")
+    run_dir: str = _doc("folder the run is written to (shared/CONTRACT.md layout; one writer at a time)",
+                        "checkpoints/ocsd")
     method: str = _doc("training method, one of ocsd.algorithm.methods.METHODS", "ocsd")
-    seed: int = _doc("seed of every random choice (tasks, sampling, selection)", 0)
-    resume: bool = _doc("continue from the last complete checkpoint in run_dir", True)
+    seed: int = _doc("seed of every random choice (tasks, sampling, selection)", 0, Range(0, 2**63 - 1, integer=True))
+    resume: bool = _doc("continue from the last complete checkpoint in run_dir (false: start at step 1, refused "
+                        "when run_dir holds a run)", True)
+    overwrite: bool = _doc("replace the run (or other files) in run_dir: its checkpoints and metrics are deleted "
+                           "and the run starts at step 1; without it such a run_dir is refused", False)
     # model
     model: str = _doc("'smollm2' (shipped GGUF), 'tiny' (random, tests), or a local Hugging Face folder", "smollm2")
     device: str = _doc("'cpu', 'cuda' or 'cuda:N'", "cpu")
     dtype: str = _doc("parameter dtype: float32, bfloat16 or float16", "float32")
-    lora_rank: int = _doc("LoRA rank via peft (0: full fine-tuning)", 0)
-    lora_alpha: int = _doc("LoRA alpha", 32)
+    lora_rank: int = _doc("LoRA rank via peft (0: full fine-tuning)", 0, NON_NEGATIVE_INT)
+    lora_alpha: int = _doc("LoRA alpha", 32, COUNT)
     # environment
     env: str = _doc("environment name", "alfworld")
     data: str | None = _doc("real ALFWorld data folder (else $ALFWORLD_DATA, else generated games)", None)
     games_dir: str = _doc("where generated games are kept (created on first use)", "checkpoints/games")
-    n_train_games: int = _doc("generated training games", 200)
-    n_val_games: int = _doc("generated validation games", 36)
+    n_train_games: int = _doc("generated training games", 200, COUNT)
+    n_val_games: int = _doc("generated validation games", 36, COUNT)
     train_split: str = _doc("split of real data used for training", "train")
     val_split: str = _doc("split of real data used for validation", "valid_seen")
-    max_steps: int = _doc("interaction step cap per episode (ALFWorld 50, WebShop 15, Search-QA 4)", 50)
-    history_length: int = _doc("observation/action pairs of history in the interaction prompt", 2)
-    env_workers: int = _doc("worker processes stepping environments (0: in this process, fastest on 2 cores)", 0)
-    invalid_action_penalty: float = _doc("reward penalty per step whose output has no well-formed action", 0.1)
+    max_steps: int = _doc("interaction step cap per episode (ALFWorld 50, WebShop 15, Search-QA 4)", 50, COUNT)
+    history_length: int = _doc("observation/action pairs of history in the interaction prompt", 2, NON_NEGATIVE_INT)
+    env_workers: int = _doc("worker processes stepping environments (0: in this process, fastest on 2 cores)", 0,
+                            NON_NEGATIVE_INT)
+    invalid_action_penalty: float = _doc("reward penalty per step whose output has no well-formed action", 0.1,
+                                         NON_NEGATIVE)
     # rollout
-    batch_size: int = _doc("tasks per training step (B)", 16)
-    group_size: int = _doc("rollouts per task (G)", 8)
-    max_prompt_length: int = _doc("longest prompt in tokens; history is shortened to fit", 2048)
-    max_response_length: int = _doc("longest generated response in tokens", 512)
-    temperature: float = _doc("rollout sampling temperature", 1.0)
-    top_p: float = _doc("rollout nucleus sampling", 1.0)
-    generation_batch: int = _doc("prompts per generate call", 64)
+    batch_size: int = _doc("tasks per training step (B)", 16, COUNT)
+    group_size: int = _doc("rollouts per task (G)", 8, COUNT)
+    max_prompt_length: int = _doc("longest prompt in tokens; history is shortened to fit", 2048, COUNT)
+    max_response_length: int = _doc("longest generated response in tokens", 512, COUNT)
+    temperature: float = _doc("rollout sampling temperature", 1.0, POSITIVE)
+    top_p: float = _doc("rollout nucleus sampling", 1.0, SHARE)
+    generation_batch: int = _doc("prompts per generate call", 64, COUNT)
     # optimisation
-    total_steps: int = _doc("training steps", 150)
-    lr: float = _doc("AdamW learning rate", 1e-6)
-    weight_decay: float = _doc("AdamW weight decay", 0.01)
-    warmup_ratio: float = _doc("linear learning-rate warm-up as a fraction of total_steps", 0.0)
-    grad_clip: float = _doc("gradient-norm clipping", 1.0)
-    clip_ratio: float = _doc("PPO clipping epsilon", 0.2)
-    kl_coef: float = _doc("KL loss coefficient beta_KL (0 disables the reference model)", 0.01)
+    total_steps: int = _doc("training steps", 150, COUNT)
+    lr: float = _doc("AdamW learning rate", 1e-6, POSITIVE)
+    weight_decay: float = _doc("AdamW weight decay", 0.01, NON_NEGATIVE)
+    warmup_ratio: float = _doc("linear learning-rate warm-up as a fraction of total_steps", 0.0,
+                               Range(0, 1, high_open=True))
+    grad_clip: float = _doc("gradient-norm clipping", 1.0, POSITIVE)
+    clip_ratio: float = _doc("PPO clipping epsilon", 0.2, POSITIVE)
+    kl_coef: float = _doc("KL loss coefficient beta_KL (0 disables the reference model)", 0.01, NON_NEGATIVE)
     kl_type: str = _doc("verl KL estimator", "low_var_kl")
     loss_agg_mode: str = _doc("verl loss aggregation", "token-mean")
-    ppo_epochs: int = _doc("passes over each batch", 1)
-    mini_batches: int = _doc("optimizer steps per pass (the batch is split into this many)", 1)
-    micro_batch_tokens: int = _doc("padded tokens per forward/backward micro-batch", 16384)
+    ppo_epochs: int = _doc("passes over each batch", 1, COUNT)
+    mini_batches: int = _doc("optimizer steps per pass (the batch is split into this many)", 1, COUNT)
+    micro_batch_tokens: int = _doc("padded tokens per forward/backward micro-batch", 16384, COUNT)
     # OCSD
-    rho: float = _doc("step selection ratio rho in (0, 1]", 0.2)
-    beta: float = _doc("advantage modulation beta in [0, 1]", 0.5)
+    rho: float = _doc("step selection ratio rho in (0, 1]", 0.2, SHARE)
+    beta: float = _doc("advantage modulation beta in [0, 1]", 0.5, PROBABILITY)
     write_replay: bool = _doc("write replay scores of selected steps at checkpoints (all methods)", True)
-    scoring_token_budget: int = _doc("tokens per replay-scoring batch", 16384)
+    scoring_token_budget: int = _doc("tokens per replay-scoring batch", 16384, COUNT)
     # baselines (ZJU-REAL/SDAR defaults)
-    rlsd_lambda: float = _doc("RLSD initial lambda", 0.5)
-    rlsd_warmdown_steps: int = _doc("RLSD steps over which lambda decays to 0", 50)
-    rlsd_clip_eps: float = _doc("RLSD weight clip range", 0.2)
-    sdar_coef: float = _doc("weight of the gated distillation loss (SDAR, GRPO+OPSD)", 0.01)
-    gate_beta: float = _doc("SDAR gate sharpness beta_g", 5.0)
+    rlsd_lambda: float = _doc("RLSD initial lambda", 0.5, PROBABILITY)
+    rlsd_warmdown_steps: int = _doc("RLSD steps over which lambda decays to 0", 50, NON_NEGATIVE_INT)
+    rlsd_clip_eps: float = _doc("RLSD weight clip range", 0.2, NON_NEGATIVE)
+    sdar_coef: float = _doc("weight of the gated distillation loss (SDAR, GRPO+OPSD)", 0.01, NON_NEGATIVE)
+    gate_beta: float = _doc("SDAR gate sharpness beta_g", 5.0, NON_NEGATIVE)
     # checkpoints and validation
-    save_freq: int = _doc("write a checkpoint every N steps (and at the last step)", 10)
+    save_freq: int = _doc("write a checkpoint every N steps (and at the last step)", 10, COUNT)
     save_weights: bool = _doc("save actor weights in checkpoints (needed to resume and re-score)", True)
-    test_freq: int = _doc("validate every N steps (0: never)", 5)
-    val_tasks: int = _doc("validation episodes per validation", 36)
+    test_freq: int = _doc("validate every N steps (0: never)", 5, NON_NEGATIVE_INT)
+    val_tasks: int = _doc("validation episodes per validation", 36, COUNT)
     progress: bool = _doc("show progress bars", True)
 
     def __post_init__(self) -> None:
@@ -104,35 +170,32 @@ class TrainConfig:
             get_environment(self.env).check_runtime()
         except RuntimeNotImplemented as exc:
             raise ConfigError(f"env: {exc}") from None
+        for item in fields(self):
+            allowed = item.metadata.get("range")
+            if allowed is not None and getattr(self, item.name) not in allowed:
+                raise ConfigError(f"{item.name}={getattr(self, item.name)!r}: must be {allowed}")
         checks = [
-            ("rho", 0.0 < self.rho <= 1.0, "must be in (0, 1]"),
-            ("beta", 0.0 <= self.beta <= 1.0, "must be in [0, 1]"),
             ("dtype", self.dtype in ("float32", "bfloat16", "float16"), "must be float32, bfloat16 or float16"),
             ("kl_type", self.kl_type in ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"),
              "must be a verl KL estimator"),
             ("loss_agg_mode", self.loss_agg_mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                                                       "seq-mean-token-sum-norm"), "must be a verl aggregation"),
-            ("temperature", self.temperature > 0, "must be > 0"),
-            ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
-            ("rlsd_lambda", 0 <= self.rlsd_lambda <= 1, "must be in [0, 1]"),
-            ("warmup_ratio", 0 <= self.warmup_ratio < 1, "must be in [0, 1)"),
-            ("lr", self.lr > 0, "must be > 0"),
-            ("gate_beta", self.gate_beta >= 0, "must be >= 0"),
         ]
-        for name in ("batch_size", "group_size", "max_steps", "max_prompt_length", "max_response_length",
-                     "total_steps", "ppo_epochs", "mini_batches", "micro_batch_tokens", "generation_batch",
-                     "scoring_token_budget", "save_freq", "val_tasks", "n_train_games", "n_val_games"):
-            checks.append((name, isinstance(getattr(self, name), int) and getattr(self, name) >= 1, "must be >= 1"))
-        for name in ("history_length", "env_workers", "lora_rank", "test_freq", "rlsd_warmdown_steps"):
-            checks.append((name, isinstance(getattr(self, name), int) and getattr(self, name) >= 0, "must be >= 0"))
         for name, ok, why in checks:
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r}: {why}")
-        if self.model not in ("smollm2", "tiny") and not Path(self.model).expanduser().is_dir():
-            raise ConfigError(f"model: {self.model!r} is not 'smollm2', 'tiny' or an existing local folder "
-                              f"(models are never downloaded)")
+        why = device_problem(self.device)
+        if why is not None:
+            raise ConfigError(f"device={self.device!r}: {why}")
+        why = model_problem(self.model)
+        if why is not None:
+            raise ConfigError(f"model: {why}")
         if self.data is not None and not Path(self.data).expanduser().is_dir():
             raise ConfigError(f"data: folder {self.data!r} does not exist")
+        for name in ("run_dir", "games_dir"):
+            problem = folder_problem(getattr(self, name))
+            if problem:
+                raise ConfigError(f"{name}={getattr(self, name)!r}: {problem}")
 
     def to_dict(self) -> dict:
         """Plain dict of every field."""
@@ -144,6 +207,55 @@ class TrainConfig:
         from training.envs.alfworld_game import user_data_folder
 
         return self.data or user_data_folder()
+
+
+def device_problem(device: str) -> str | None:
+    """Why ``device`` cannot run here (not 'cpu', 'cuda' or 'cuda:N', or no such CUDA device); None if it can."""
+    match = re.fullmatch(r"(cpu|cuda)(?::(\d+))?", str(device))
+    if match is None:
+        return "must be 'cpu', 'cuda' or 'cuda:N'"
+    if match[1] == "cpu":
+        return None
+    import torch
+
+    if torch.version.cuda is None:
+        return f"this torch build ({torch.__version__}) has no CUDA support; use device=cpu"
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        return "no CUDA device is visible; use device=cpu"
+    if int(match[2] or 0) >= count:
+        return f"only {count} CUDA device(s) are visible (cuda:0 to cuda:{count - 1})"
+    return None
+
+
+def model_problem(model: str) -> str | None:
+    """Why ``model`` cannot be loaded (checked from file headers, no weights read); None if it can.
+
+    ``smollm2`` and ``tiny`` are always accepted; anything else must be a local Hugging Face folder
+    that passes :func:`ocsd.replay.models.check_model_folder`.
+    """
+    if model in ("smollm2", "tiny"):
+        return None
+    if not Path(model).expanduser().is_dir():
+        return f"{model!r} is not 'smollm2', 'tiny' or an existing local folder (models are never downloaded)"
+    from ocsd.replay.models import ModelNotFoundError, check_model_folder
+
+    try:
+        check_model_folder(model)
+    except ModelNotFoundError as exc:
+        return str(exc)
+    return None
+
+
+def folder_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a folder this suite writes (empty, or it or a parent is a file); None if it can."""
+    if not str(path).strip():
+        return "empty (it would mean the current folder); name a folder"
+    folder = Path(path).expanduser()
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None or existing.is_dir():
+        return None
+    return f"{existing} is a file, not a folder" if existing == folder else f"{existing} is a file"
 
 
 def _field_types() -> dict[str, Any]:
@@ -188,12 +300,15 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def make_config(values: dict[str, Any], *, source: str = "config") -> TrainConfig:
-    """Build a checked config; unknown keys are an error naming the key and ``source``."""
-    known = _field_types()
-    unknown = sorted(set(values) - set(known))
+def _check_keys(values: dict[str, Any], source: str) -> None:
+    unknown = sorted(set(values) - set(_field_types()))
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {unknown}; see --help-config for the known keys")
+
+
+def make_config(values: dict[str, Any], *, source: str = "config") -> TrainConfig:
+    """Build a checked config; unknown keys are an error naming the key and ``source``."""
+    _check_keys(values, source)
     return TrainConfig(**{k: _coerce(k, v) for k, v in values.items()})
 
 
@@ -211,7 +326,8 @@ def load_config(path: str | os.PathLike | None, overrides: Sequence[str] = ()) -
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping of key: value")
         values.update(loaded)
-        make_config(values, source=str(path))  # name the file when its own keys are wrong
+        _check_keys(values, str(path))  # name the file when its own keys are wrong
+    # values are checked once, overrides applied: a file's device=cuda may be overridden on a CPU machine
     values.update(parse_overrides(overrides))
     return make_config(values, source="command line")
 

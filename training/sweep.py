@@ -11,6 +11,9 @@ at a time (each subprocess gets ``OMP_NUM_THREADS = cores // N`` unless set). A 
 checkpoint (``global_step_<total_steps>/replay/meta.json``) exists is skipped; an unfinished one
 resumes from its last checkpoint (the trainer's ``resume=true``). A failing cell is recorded in
 ``index.json`` with its return code, and the others go on; the command exits 1 if any cell failed.
+
+Every cell has its own folder: values that name the same cell (``--rho 0.2,0.20``) are refused. The
+sweep folder has one writer (:class:`ocsd.records.RunLock`), and so has each cell's run folder.
 """
 
 from __future__ import annotations
@@ -83,14 +86,27 @@ def _split(flag: str, text: str | None) -> list[str]:
     return items
 
 
+def _distinct(flag: str, items: Sequence[str], names: Sequence[str]) -> None:
+    """Refuse two values that name the same cell folder (equal numbers such as 0.2 and 0.20, or numbers
+    equal in the 6 significant digits of :func:`cell_name`): two cells would write one run folder."""
+    seen: dict[str, str] = {}
+    for item, name in zip(items, names):
+        if name in seen:
+            raise UsageError(f"{flag}: {seen[name]!r} and {item!r} name the same cell folder ({name}), "
+                             f"so two cells would write one run; give each value once")
+        seen[name] = item
+
+
 def _numbers(flag: str, text: str | None) -> list[float]:
-    """The numbers of a comma-separated flag; their range is the config's to check (:func:`plan_cells`)."""
-    out = []
-    for item in _split(flag, text):
+    """The numbers of a comma-separated flag, each naming its own cell; their range is the config's to
+    check (:func:`plan_cells`)."""
+    items, out = _split(flag, text), []
+    for item in items:
         try:
             out.append(float(item))
         except ValueError:
             raise UsageError(f"{flag}: {item!r} is not a number") from None
+    _distinct(flag, items, [f"{flag.lstrip('-')}{x:g}" for x in out])
     return out
 
 
@@ -242,10 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [m for m in methods if m not in METHODS]
         if unknown:
             raise UsageError(f"--methods: unknown {unknown}; known: {', '.join(METHODS)}")
+        seed_items = _split("--seeds", args.seeds)
         try:
-            seeds = [int(s) for s in _split("--seeds", args.seeds)]
+            seeds = [int(s) for s in seed_items]
         except ValueError:
             raise UsageError(f"--seeds: {args.seeds!r} is not a comma-separated list of integers") from None
+        _distinct("--seeds", seed_items, [f"seed{s}" for s in seeds])
         if not seeds:
             raise UsageError("--seeds: no seed given")
         if args.parallel < 1:
@@ -265,13 +283,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    out.mkdir(parents=True, exist_ok=True)
+    from ocsd.records import RunInUseError, RunLock
+
+    try:
+        lock = RunLock(out).acquire()  # one sweep per folder: its index and logs have one writer
+    except RunInUseError as exc:
+        print(f"error: --out: {exc}", file=sys.stderr)
+        return 2
     print(f"{len(cells)} cell(s) in {out} ({sum(c.finished() for c in cells)} already finished)")
     try:
         run_cells(args.config, cells, out, parallel=args.parallel)
     except KeyboardInterrupt:
         print(f"interrupted; {out / INDEX_FILE} records the cells (re-run to resume)", file=sys.stderr)
         return 130
+    finally:
+        lock.release()
     print(summary_table(cells))
     print(f"index written to {out / INDEX_FILE}")
     return 1 if any(c.status == "failed" for c in cells) else 0

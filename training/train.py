@@ -2,6 +2,9 @@
 
 Trains a policy with one of the registered methods and writes a run folder in the replay-score
 layout (shared/CONTRACT.md). ``--help-config`` lists every key with its default and meaning.
+
+Exit status: 0 done, 1 the run stopped (its last checkpoint is kept), 2 a config error or a ``run_dir``
+that is in use or holds something the run must not replace (nothing is written then), 130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -26,13 +29,17 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
-    from training.trainer import Trainer, TrainingError
+    from ocsd.records import RunInUseError
+    from training.trainer import RunFolderError, Trainer, TrainingError
 
     try:
         trainer = Trainer(cfg)
         if trainer.start_step > 1:
             print(f"resuming {cfg.run_dir} from step {trainer.start_step - 1}", file=sys.stderr)
         run_dir = trainer.fit()
+    except (RunInUseError, RunFolderError) as exc:  # raised before anything is written
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except TrainingError as exc:
         print(f"training stopped: {exc}", file=sys.stderr)
         return 1

@@ -19,13 +19,17 @@ Steps 1-4 and the checkpoint's ``replay/`` tables are :mod:`training.pipeline`, 
 ``python -m training.collect`` runs as well. A crash or Ctrl-C leaves the last complete checkpoint;
 ``resume=true`` (the default) continues from it to the same result as an uninterrupted run with the
 same seed.
+
+The run folder has one writer: the trainer holds its lock (:class:`ocsd.records.RunLock`) from
+construction until :meth:`Trainer.fit` returns. Before anything is written, :func:`check_run_folder`
+decides between a fresh start and a resume, and refuses a folder whose contents would be lost (another
+command's run, a run with other settings, files that are not a run) unless ``overwrite=true``.
 """
 
 from __future__ import annotations
 
 import copy
 import gc
-import json
 import os
 import shutil
 import time
@@ -40,7 +44,8 @@ from ocsd.algorithm.advantages import linear_decay
 from ocsd.algorithm.methods import MethodSpec, TokenInputs, get_method, token_advantages, token_signal
 from ocsd.algorithm.signals import calibration_signal
 from ocsd.environments import get_environment
-from ocsd.records import RECORDED_VIEWS, RunWriter, checkpoint_dirs, write_replay
+from ocsd.records import (LOCK_FILE, META_FILE, METRICS_FILE, RECORDED_VIEWS, RUN_FILE, RecordError, RunLock,
+                          RunWriter, checkpoint_dirs, read_run_info, write_replay)
 from ocsd.replay.prompts import interaction_text
 from training.config import TrainConfig
 from training.pipeline import collect_batch, record_tables, replay_meta, score_selected
@@ -52,14 +57,119 @@ from training.update import LossSettings, UpdateBatch, ppo_update
 
 REQUIRED_TIMINGS = ("time/rollout", "time/old_logprob", "time/ref_logprob", "time/replay_scoring", "time/advantage",
                     "time/update", "time/step")
-# settings that may change when a run is resumed; any other difference means a different run
-RESUMABLE_CHANGES = frozenset({"total_steps", "progress", "resume", "save_freq", "test_freq", "val_tasks",
-                               "env_workers", "scoring_token_budget", "micro_batch_tokens", "generation_batch",
-                               "device", "save_weights"})
+# settings that may change when a run is resumed (where the run and its games live, how far it goes, how
+# it reports and which local resources it uses); any other difference means a different run
+RESUMABLE_CHANGES = frozenset({"total_steps", "progress", "resume", "overwrite", "run_dir", "games_dir", "save_freq",
+                               "test_freq", "val_tasks", "env_workers", "scoring_token_budget", "micro_batch_tokens",
+                               "generation_batch", "device", "save_weights"})
+STATE_FILE = "trainer_state.pt"
 
 
 class TrainingError(RuntimeError):
     """The run cannot continue (e.g. a non-finite loss); the last checkpoint is kept."""
+
+
+class RunFolderError(TrainingError):
+    """``run_dir`` holds something the run must not replace, or a checkpoint it cannot resume from; nothing
+    has been written. The message says what and how to go on without losing it."""
+
+
+# ----------------------------------------------------------------------------------------------
+# the run folder: fresh start, resume or refusal
+# ----------------------------------------------------------------------------------------------
+
+
+def changed_settings(previous: dict, current: dict) -> list[str]:
+    """``key: old -> new`` for every setting of ``current`` that differs from ``previous`` (keys missing
+    from either side and :data:`RESUMABLE_CHANGES` do not count)."""
+    return [f"{key}: {previous[key]!r} -> {value!r}" for key, value in sorted(current.items())
+            if key in previous and previous[key] != value and key not in RESUMABLE_CHANGES]
+
+
+def resume_point(run_dir: str | os.PathLike) -> Path | None:
+    """The last checkpoint with complete replay scores and trainer state, if any."""
+    for _, path in reversed(checkpoint_dirs(run_dir)):
+        if (path / "replay" / META_FILE).exists() and (path / "actor" / STATE_FILE).exists():
+            return path
+    return None
+
+
+def _previous_run(run_dir: Path) -> dict | None:
+    """The ``run.json`` of the training run in ``run_dir``; None without one."""
+    if not (run_dir / RUN_FILE).exists():
+        return None
+    try:
+        info = read_run_info(run_dir)
+    except RecordError as exc:
+        raise RunFolderError(f"run_dir: {exc}, so it is not known what the folder holds; use another run_dir, "
+                             f"or overwrite=true to replace it") from None
+    if info.get("source"):
+        raise RunFolderError(f"run_dir: {run_dir} holds a run written by {info['source']}, not a training run; "
+                             f"use another run_dir (overwrite=true replaces it)")
+    return info
+
+
+def check_run_folder(cfg: TrainConfig) -> Path | None:
+    """Decide how the run starts in ``cfg.run_dir``: the checkpoint to resume from, or None to start at
+    step 1 (replacing only incomplete checkpoints, or anything with ``overwrite=true``).
+
+    Raises
+    ------
+    RunFolderError
+        If the folder holds something a fresh start would delete: files that are not a run, another
+        command's run, a run with other settings (each named ``key: old -> new``), a run with
+        ``resume=false``, or complete checkpoints that cannot be resumed.
+    """
+    run_dir = Path(cfg.run_dir)
+    if cfg.overwrite or not run_dir.is_dir():
+        return None
+    info = _previous_run(run_dir)
+    if info is None:
+        others = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_FILE)
+        if others:
+            shown = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "")
+            raise RunFolderError(f"run_dir: {run_dir} is not empty ({shown}) and holds no run (no {RUN_FILE}); "
+                                 f"use a new or empty run_dir, or overwrite=true to write into it")
+        return None
+    ckpts = checkpoint_dirs(run_dir)
+    metrics = run_dir / METRICS_FILE
+    if not ckpts and not (metrics.is_file() and metrics.stat().st_size > 0):
+        return None  # nothing to keep
+    if not cfg.resume:
+        raise RunFolderError(f"run_dir: {run_dir} holds a run ({len(ckpts)} checkpoint(s)) and resume=false; "
+                             f"use another run_dir to keep it, or overwrite=true to replace it")
+    previous = info.get("config") if isinstance(info.get("config"), dict) else {}
+    changed = changed_settings(previous, cfg.to_dict())
+    if changed:
+        raise RunFolderError(f"run_dir: {run_dir} holds a run with other settings ({'; '.join(changed)}); use "
+                             f"another run_dir to keep it, or its settings to resume it (overwrite=true replaces it)")
+    point = resume_point(run_dir)
+    complete = [path for _, path in ckpts if (path / "replay" / META_FILE).exists()]
+    if point is None and complete:
+        raise RunFolderError(f"run_dir: {run_dir} holds complete checkpoints without trainer state "
+                             f"(actor/{STATE_FILE}: saved with save_weights=false), which cannot be resumed; use "
+                             f"another run_dir to keep them, or overwrite=true to replace them")
+    return point
+
+
+def load_trainer_state(path: Path) -> dict:
+    """A checkpoint's ``actor/trainer_state.pt`` (optimizer state and global step).
+
+    Raises
+    ------
+    RunFolderError
+        Naming the file when it cannot be read (truncated or damaged).
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        step = int(state["global_step"])
+        if not isinstance(state["optimizer"], dict) or step < 1:
+            raise ValueError("no optimizer state or global step")
+    except Exception as exc:  # any damage: say which file
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise RunFolderError(f"{path}: cannot be read ({why}); the checkpoint is damaged: resume from a copy "
+                             f"of the run, or use another run_dir") from None
+    return state
 
 
 # ----------------------------------------------------------------------------------------------
@@ -100,10 +210,20 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, games=None):
         self.cfg = cfg
         self.spec: MethodSpec = get_method(cfg.method)
+        self.lock = RunLock(cfg.run_dir).acquire()
+        try:
+            self._start(games)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _start(self, games) -> None:
+        cfg = self.cfg
+        resume_from = check_run_folder(cfg)
+        state = load_trainer_state(resume_from / "actor" / STATE_FILE) if resume_from is not None else None
         self.writer = RunWriter(cfg.run_dir)
         self.games = games or get_environment(cfg.env).load_runtime().task_source(cfg)
         self.start_step = 1
-        resume_from = self._resume_point() if cfg.resume else None
         self.policy = Policy(cfg, self.games, init_from=resume_from / "actor" if resume_from else None)
         self.tokenizer, self.model, self.renderer = self.policy.tokenizer, self.policy.model, self.policy.renderer
         if resume_from is None:
@@ -118,8 +238,7 @@ class Trainer:
                                           loss_agg_mode=cfg.loss_agg_mode, aux_coef=cfg.sdar_coef,
                                           gate_beta=cfg.gate_beta, grad_clip=cfg.grad_clip,
                                           micro_batch_tokens=cfg.micro_batch_tokens)
-        if resume_from is not None:
-            state = torch.load(resume_from / "actor" / "trainer_state.pt", map_location="cpu", weights_only=False)
+        if state is not None:
             self.optimizer.load_state_dict(state["optimizer"])
             self.start_step = int(state["global_step"]) + 1
             self.writer.truncate_metrics(int(state["global_step"]))
@@ -129,40 +248,21 @@ class Trainer:
         self.writer.write_run_json({"run": cfg.run_name, "method": cfg.method, "env": cfg.env, "model": cfg.model,
                                     "seed": cfg.seed, "config": cfg.to_dict(), "games": self.games.describe()})
 
+    def close(self) -> None:
+        """Release the run folder's lock (:meth:`fit` does when it returns)."""
+        self.lock.release()
+
     # -- checkpoints ----------------------------------------------------------------------------
 
     def _clear_run(self) -> None:
-        """A fresh run replaces whatever an earlier run left in ``run_dir``."""
+        """A fresh run replaces what :func:`check_run_folder` allows: incomplete checkpoints, or, with
+        ``overwrite=true``, every checkpoint and the metrics."""
         for _, path in self._checkpoints():
             shutil.rmtree(path)
-        (Path(self.cfg.run_dir) / "metrics.jsonl").unlink(missing_ok=True)
+        (Path(self.cfg.run_dir) / METRICS_FILE).unlink(missing_ok=True)
 
     def _checkpoints(self) -> list[tuple[int, Path]]:
         return checkpoint_dirs(self.cfg.run_dir)
-
-    def _resume_point(self) -> Path | None:
-        """The last checkpoint with complete replay scores and trainer state, if any.
-
-        Raises
-        ------
-        TrainingError
-            If ``run_dir`` holds a run with another configuration (beyond :data:`RESUMABLE_CHANGES`).
-        """
-        run_json = Path(self.cfg.run_dir) / "run.json"
-        if run_json.exists() and self._checkpoints():
-            try:
-                previous = json.loads(run_json.read_text()).get("config", {})
-            except json.JSONDecodeError:
-                previous = {}
-            changed = sorted(k for k, v in self.cfg.to_dict().items()
-                             if k in previous and previous[k] != v and k not in RESUMABLE_CHANGES)
-            if changed:
-                raise TrainingError(f"{self.cfg.run_dir} holds a run with other settings ({', '.join(changed)}); "
-                                    f"use another run_dir, or resume=false to replace it")
-        for _, path in reversed(self._checkpoints()):
-            if (path / "replay" / "meta.json").exists() and (path / "actor" / "trainer_state.pt").exists():
-                return path
-        return None
 
     def save_checkpoint(self, step: int, steps_df, tokens_df, meta: dict) -> Path:
         """Write ``actor/`` (a Hugging Face folder, LoRA merged; the adapter; optimizer and step), then
@@ -302,7 +402,13 @@ class Trainer:
         return row
 
     def fit(self) -> Path:
-        """Train from ``start_step`` to ``total_steps``; returns the run folder."""
+        """Train from ``start_step`` to ``total_steps``; returns the run folder (and releases its lock)."""
+        try:
+            return self._fit()
+        finally:
+            self.close()
+
+    def _fit(self) -> Path:
         cfg = self.cfg
         # Model, tokenizer, environments and imports are set up: move their objects out of the
         # collector's reach, so that full collections during training walk only what the steps create

@@ -14,6 +14,7 @@ Modules:
 - :mod:`ocsd.records.validation`: checks of one checkpoint (:func:`validate_replay`);
 - :mod:`ocsd.records.checkpoint`: writing one checkpoint atomically, listing a run's, reading them;
 - :mod:`ocsd.records.run`: the run folder (:class:`RunWriter`, ``run.json``, ``metrics.jsonl``);
+- :mod:`ocsd.records.lock`: one writer per run folder (:class:`RunLock` on ``<run>/.lock``);
 - ``python -m ocsd.records validate PATH``: checks a checkpoint, its ``replay/`` folder, or a run folder.
 """
 
@@ -21,12 +22,15 @@ from ocsd.records.checkpoint import (
     ReplayData,
     checkpoint_dirs,
     checkpoint_folders,
+    checkpoint_id,
     read_checkpoint,
     read_replay,
     write_replay,
 )
+from ocsd.records.lock import LOCK_FILE, LockInfo, RunInUseError, RunLock, read_lock
 from ocsd.records.run import RunWriter, read_metrics, read_run_info, validate_path
 from ocsd.records.schema import (
+    CHECKPOINT_COLUMN,
     FEEDBACK_LABELS,
     META_FILE,
     META_KEYS,
@@ -47,7 +51,9 @@ from ocsd.records.schema import (
 from ocsd.records.validation import validate_replay
 
 __all__ = [
+    "CHECKPOINT_COLUMN",
     "FEEDBACK_LABELS",
+    "LOCK_FILE",
     "META_FILE",
     "META_KEYS",
     "METRICS_FILE",
@@ -62,12 +68,17 @@ __all__ = [
     "TOKENS_FILE",
     "TOKEN_COLUMNS",
     "IncompleteCheckpointError",
+    "LockInfo",
     "RecordError",
     "ReplayData",
+    "RunInUseError",
+    "RunLock",
     "RunWriter",
     "checkpoint_dirs",
     "checkpoint_folders",
+    "checkpoint_id",
     "read_checkpoint",
+    "read_lock",
     "read_metrics",
     "read_replay",
     "read_run_info",

@@ -139,3 +139,78 @@ def test_cli_error_has_no_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "training.collect", "--model", str(tmp_path / "missing"),
                            "--tasks", "1", "--group", "2"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "--model" in proc.stderr
+
+
+def test_collections_of_several_checkpoints_share_one_folder(tmp_path, tiny_checkpoint, tiny_overrides):
+    out = tmp_path / "collect"
+    assert main(["--model", "tiny", "--tasks", "1", "--group", "2", "--out", str(out), *tiny_overrides]) == 0
+    assert main(["--model", str(tiny_checkpoint), "--tasks", "1", "--group", "2", "--out", str(out),
+                 "progress=false"]) == 0
+    assert read_replay(out).global_steps == [0, 7] and not (out / ".lock").exists()
+
+
+def test_collect_never_replaces_a_training_run(tmp_path, tiny_checkpoint, capsys):
+    run = tiny_checkpoint.parent
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert main(["--model", str(tiny_checkpoint), "--tasks", "1", "--group", "2", "--out", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out: {run} holds a training run; collecting into it would replace its run.json" in err
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("content, message", [
+    ({"notes.txt": "a user's file"}, "is not empty (notes.txt) and holds no run"),
+    ({"run.json": "{not json"}, "not valid JSON"),
+    ({"run.json": '{"schema_version": 1, "source": "elsewhere"}'}, "holds a run written by elsewhere"),
+])
+def test_collect_refuses_an_out_folder_it_does_not_own(tmp_path, content, message, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, text in content.items():
+        (out / name).write_text(text)
+    assert main(["--model", "tiny", "--tasks", "1", "--group", "2", "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == sorted(content)
+
+
+def test_collect_refuses_a_folder_in_use(tmp_path, capsys):
+    from ocsd.records import RunLock
+
+    out = tmp_path / "out"
+    with RunLock(out, command="python -m training.collect (the first)"):
+        assert main(["--model", "tiny", "--tasks", "1", "--group", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {out} is in use by pid" in err and "(the first)" in err
+
+
+@pytest.mark.parametrize("text, message", [("rho: [0.2\n", "is not valid YAML"), ("- 1\n", "is not a mapping")])
+def test_a_malformed_config_is_one_line(tmp_path, text, message, capsys):
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    assert main(["--model", "tiny", "--tasks", "1", "--group", "2", "--config", str(config),
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"--config: {config} {message}" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--out", ""], "--out: empty"),
+    (["overwrite=true"], "overwrite=true: a collection never replaces another run"),
+    (["games_dir=/dev/null"], "games_dir='/dev/null': /dev/null is a file"),
+])
+def test_out_and_games_folder_errors(tmp_path, argv, message, capsys):
+    assert main(["--model", "tiny", "--tasks", "1", "--group", "2", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_run_gives_its_last_complete_checkpoint(tmp_path, tiny_checkpoint, capsys):
+    run = tmp_path / "run"
+    for step, complete in ((1, True), (2, True), (3, False)):  # step 3: killed while writing its replay
+        (run / f"global_step_{step}" / "replay").mkdir(parents=True)
+        (run / f"global_step_{step}" / "actor").symlink_to(tiny_checkpoint / "actor", target_is_directory=True)
+        if complete:
+            (run / f"global_step_{step}" / "replay" / "meta.json").write_text("{}")
+    source = resolve_model_source(str(run))
+    assert source.checkpoint == run / "global_step_2" and source.global_step == 2
+    err = capsys.readouterr().err
+    assert f"skipping {run / 'global_step_3'}, an incomplete checkpoint" in err and "using global_step_2" in err

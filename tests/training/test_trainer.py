@@ -208,7 +208,11 @@ def test_paper_config_is_valid():
 
 def test_resume_refuses_a_run_with_other_settings(tmp_path, games):
     Trainer(tiny_cfg(tmp_path / "r", total_steps=1, kl_coef=0.0), games=games).fit()
-    with pytest.raises(TrainingError, match=r"other settings \(method\)"):
+    with pytest.raises(TrainingError, match=r"other settings \(method: 'ocsd' -> 'grpo'\); use another run_dir"):
         Trainer(tiny_cfg(tmp_path / "r", total_steps=2, kl_coef=0.0, method="grpo"), games=games)
-    fresh = Trainer(tiny_cfg(tmp_path / "r", total_steps=1, kl_coef=0.0, method="grpo", resume=False), games=games)
+    with pytest.raises(TrainingError, match="resume=false; use another run_dir to keep it, or overwrite=true"):
+        Trainer(tiny_cfg(tmp_path / "r", total_steps=1, kl_coef=0.0, method="grpo", resume=False), games=games)
+    assert list((tmp_path / "r").glob("global_step_*"))  # resume=false alone deletes nothing
+    fresh = Trainer(tiny_cfg(tmp_path / "r", total_steps=1, kl_coef=0.0, method="grpo", overwrite=True), games=games)
     assert fresh.start_step == 1 and not list((tmp_path / "r").glob("global_step_*"))
+    fresh.close()
