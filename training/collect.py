@@ -168,9 +168,7 @@ def build_config(source: ModelSource, *, config_path: str | None, overrides: Seq
 
     The model is never updated, so LoRA and the reference model are off and nothing resumes.
     """
-    import yaml
-
-    from training.config import make_config, parse_overrides
+    from training.config import make_config, parse_overrides, read_config_file
 
     values: dict[str, Any] = {}
     old = source.run_info.get("config") if isinstance(source.run_info.get("config"), dict) else {}
@@ -180,17 +178,7 @@ def build_config(source: ModelSource, *, config_path: str | None, overrides: Seq
                 continue
             values[key] = old[key]
     if config_path is not None:
-        path = Path(config_path)
-        if not path.is_file():
-            raise UsageError(f"--config: no such file {path}")
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            why = " ".join(str(exc).split())
-            raise UsageError(f"--config: {path} is not valid YAML ({why})") from None
-        if not isinstance(loaded, dict):
-            raise UsageError(f"--config: {path} is not a mapping of key: value")
-        values.update(loaded)
+        values.update(read_config_file(config_path))
     values.update(parse_overrides(overrides))
     values.update({k: v for k, v in flags.items() if v is not None})
     values.update(model=source.model, lora_rank=0, kl_coef=0.0, resume=False)
@@ -392,6 +380,7 @@ def _collect(args, source: ModelSource, out: Path, views, cfg) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from ocsd.records import RunInUseError, RunLock
+    from ocsd.replay.models import ModelNotFoundError
     from training.config import ConfigError
 
     try:
@@ -399,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         with RunLock(out):  # one writer: refused while another command writes the folder
             check_out_folder(out)
             return _collect(args, source, out, views, cfg)
-    except (UsageError, ConfigError, RunInUseError) as exc:
+    except (UsageError, ConfigError, RunInUseError, ModelNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -312,20 +312,32 @@ def make_config(values: dict[str, Any], *, source: str = "config") -> TrainConfi
     return TrainConfig(**{k: _coerce(k, v) for k, v in values.items()})
 
 
+def read_config_file(path: str | os.PathLike) -> dict:
+    """The ``key: value`` mapping of a YAML config file.
+
+    Raises
+    ------
+    ConfigError
+        In one line naming the file: it is missing, not valid YAML (or not text), or not a mapping.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--config: no such file {path}")
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        why = " ".join(str(exc).split())
+        raise ConfigError(f"--config: {path} is not valid YAML ({why})") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"--config: {path} is not a mapping of key: value")
+    return loaded
+
+
 def load_config(path: str | os.PathLike | None, overrides: Sequence[str] = ()) -> TrainConfig:
     """Read a YAML config (or defaults when ``path`` is None) and apply ``key=value`` overrides."""
     values: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"--config: no such file {path}")
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({exc})") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: expected a mapping of key: value")
-        values.update(loaded)
+        values.update(read_config_file(path))
         _check_keys(values, str(path))  # name the file when its own keys are wrong
     # values are checked once, overrides applied: a file's device=cuda may be overridden on a CPU machine
     values.update(parse_overrides(overrides))
