@@ -3,7 +3,7 @@
 For every labelled step (``valid`` positive, ``invalid`` negative, ``ambiguous`` excluded) the
 step score ``S(s)`` is the mean over the step's tokens of ``s`` in {delta_A, delta_F, e}. Steps of
 all given checkpoints are pooled; the 95% interval is the percentile interval of 1,000
-trajectory-cluster bootstrap resamples (whole trajectories ``(global_step, traj_uid)`` drawn with
+trajectory-cluster bootstrap resamples (whole trajectories ``(checkpoint, traj_uid)`` drawn with
 replacement from the pooled set), the three signals evaluated on the same resamples.
 
 Command::

@@ -1,6 +1,6 @@
 """Trajectory-cluster bootstrap.
 
-A resample draws whole clusters (trajectories, keyed by ``(global_step, traj_uid)``) with
+A resample draws whole clusters (trajectories, keyed by ``(checkpoint, traj_uid)``) with
 replacement; it is represented by the integer count of each cluster, so estimators written in a
 weighted form (:mod:`diagnostics.stats`) evaluate all resamples without a loop over observations.
 With ``strata`` (e.g. the checkpoint of each trajectory) clusters are drawn within each stratum, as

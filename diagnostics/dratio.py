@@ -18,6 +18,7 @@ Command::
 
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 from typing import Sequence
@@ -41,8 +42,8 @@ def d_ratio(m_r, m_a, *, eps: float = 1e-6) -> np.ndarray:
     """``D = m_R / (m_R + m_A + eps)`` elementwise; inputs must be non-negative."""
     m_r = np.asarray(m_r, dtype=np.float64)
     m_a = np.asarray(m_a, dtype=np.float64)
-    if eps <= 0:
-        raise ValueError(f"eps must be > 0, got {eps}")
+    if not (math.isfinite(eps) and eps > 0):
+        raise ValueError(f"eps must be finite and > 0, got {eps}")
     if np.any(m_r < 0) or np.any(m_a < 0):
         raise ValueError("m_R and m_A are mean absolute values and must be non-negative")
     return m_r / (m_r + m_a + eps)
@@ -149,10 +150,10 @@ def table(result: dict, ci: float = 0.95) -> str:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = command_parser("diagnostics.dratio", __doc__.split("\n")[0])
-    parser.add_argument("--eps", type=float, default=1e-6, help="stabiliser eps_D (default 1e-6)")
+    parser.add_argument("--eps", type=float, default=1e-6, help="stabiliser eps_D, finite and > 0 (default 1e-6)")
     args = parser.parse_args(argv)
-    if args.eps <= 0:
-        raise DiagnosticsError(f"--eps must be > 0, got {args.eps}")
+    if not (math.isfinite(args.eps) and args.eps > 0):
+        raise DiagnosticsError(f"--eps must be a finite number > 0, got {args.eps}")
     data = load_args(args)
     result = dratio(data, eps=args.eps, n_boot=args.n_boot, ci=args.ci, seed=args.seed)
     emit(args.json, result, table(result, args.ci))

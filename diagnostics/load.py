@@ -6,11 +6,13 @@ Token signals (never stored, derived here):
 * ``d_ablated``  delta_A = logp_ablated - logp_student
 * ``residual``   e = logp_full - logp_ablated (signed)
 
-Step scores ``S_<signal>`` are the means of a step's token signals. Clusters are trajectories,
-keyed by ``(global_step, traj_uid)``. Training stages split the run's global-step range ``1..L``
-into thirds: a checkpoint at step ``s`` is *early* if ``3 s <= L``, *middle* if ``3 s <= 2 L`` and
-*late* otherwise (``L = 150`` gives 1-50, 51-100, 101-150). ``L`` is ``total_steps`` when given,
-else the largest global step loaded.
+Step scores ``S_<signal>`` are the means of a step's token signals. Checkpoints are keyed by their
+folder (``ocsd.records.CHECKPOINT_COLUMN``), so two runs whose checkpoints share global steps and
+trajectory ids are pooled side by side, never joined; a checkpoint named twice is read once. Clusters
+are trajectories, keyed by ``(checkpoint, traj_uid)``. Training stages split the run's global-step
+range ``1..L`` into thirds: a checkpoint at step ``s`` is *early* if ``3 s <= L``, *middle* if
+``3 s <= 2 L`` and *late* otherwise (``L = 150`` gives 1-50, 51-100, 101-150). ``L`` is
+``total_steps`` when given, else the largest global step loaded.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ocsd.cli import UsageError
-from ocsd.records import RecordError, read_replay
+from ocsd.records import CHECKPOINT_COLUMN, RecordError, read_replay
 
 __all__ = ["SIGNALS", "STAGES", "DiagnosticsError", "DiagData", "load", "from_replay", "stage_of"]
 
@@ -61,9 +63,11 @@ class DiagData:
     env : str
         Environment of the checkpoints.
     global_steps : numpy.ndarray
-        Training step of each checkpoint code.
+        Training step of each checkpoint code (two runs' checkpoints may share one).
     total_steps : int
         Run length L used for the stages.
+    checkpoints : tuple of str
+        Name of each checkpoint code for messages (``run/global_step_N``).
     """
 
     steps: pd.DataFrame
@@ -71,6 +75,7 @@ class DiagData:
     env: str
     global_steps: np.ndarray
     total_steps: int
+    checkpoints: tuple = ()
 
     @property
     def n_checkpoints(self) -> int:
@@ -82,19 +87,68 @@ class DiagData:
         lab["y"] = (lab["feedback_label"] == "valid").to_numpy()
         return lab
 
+    def checkpoint_names(self, codes, *, limit: int = 3) -> str:
+        """The names of the checkpoint ``codes`` (each once, in code order), the first ``limit`` of them."""
+        codes = np.unique(np.asarray(codes, dtype=np.int64))
+        names = [self.checkpoints[c] if c < len(self.checkpoints) else f"checkpoint {c}" for c in codes]
+        more = f" and {len(names) - limit} more" if len(names) > limit else ""
+        return ", ".join(names[:limit]) + more
+
+
+def _checkpoint_name(key) -> str:
+    """``run/global_step_N`` for a checkpoint folder; ``global_step_N`` for a bare global step."""
+    if isinstance(key, str):
+        path = Path(key)
+        return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+    return f"global_step_{int(key)}"
+
+
+def _checkpoint_codes(steps: pd.DataFrame, tokens: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list]:
+    """Integer checkpoint of each step and token row, and the key of each integer.
+
+    Keys are the :data:`CHECKPOINT_COLUMN` read with the tables; tables without it (one checkpoint
+    per global step) are keyed by ``global_step``. A token row of no listed checkpoint gets -1.
+    """
+    has = [CHECKPOINT_COLUMN in frame.columns for frame in (steps, tokens)]
+    if has[0] != has[1]:
+        raise DiagnosticsError(f"the steps and tokens tables must both have or both lack the "
+                               f"{CHECKPOINT_COLUMN!r} column")
+    column = CHECKPOINT_COLUMN if has[0] else "global_step"
+    keys = pd.unique(np.asarray(steps[column]))
+    step_codes = pd.Categorical(steps[column], categories=keys).codes.astype(np.int64)
+    token_codes = pd.Categorical(tokens[column], categories=keys).codes.astype(np.int64)
+    return step_codes, token_codes, list(keys)
+
+
+def _checkpoint_order(st: pd.DataFrame, keys: list) -> tuple[np.ndarray, np.ndarray, tuple]:
+    """Checkpoint code of each step row (checkpoints in global-step order, ties in read order), the
+    global step and the name of each code."""
+    ckpts = st.groupby("_ck", sort=True)["global_step"].first().reset_index().sort_values(
+        ["global_step", "_ck"], kind="stable")
+    order = np.full(len(keys), -1, dtype=np.int64)
+    order[ckpts["_ck"].to_numpy()] = np.arange(len(ckpts))
+    names = tuple(_checkpoint_name(keys[c]) for c in ckpts["_ck"].to_numpy())
+    return order[st["_ck"].to_numpy()], ckpts["global_step"].to_numpy(np.int64), names
+
 
 def from_replay(steps: pd.DataFrame, tokens: pd.DataFrame, metas: list[dict], *,
                 total_steps: int | None = None) -> DiagData:
-    """Build :class:`DiagData` from replay tables (as returned by ``ocsd.records.read_replay``)."""
+    """Build :class:`DiagData` from replay tables (as returned by ``ocsd.records.read_replay``).
+
+    Rows are matched by checkpoint (the tables' ``ocsd.records.CHECKPOINT_COLUMN``; tables without it
+    are taken as one checkpoint per global step), trajectory and step.
+    """
     if len(steps) == 0:
         raise DiagnosticsError("no steps in the selection (is any step selected/scored?)")
     envs = sorted({str(m.get("env")) for m in metas}) if metas else ["unknown"]
     if len(envs) > 1:
         raise DiagnosticsError(f"checkpoints of different environments cannot be pooled: {envs}")
-    key = ["global_step", "traj_uid", "step_idx"]
-    st = steps.loc[:, key + ["operator", "feedback_label"]].reset_index(drop=True)
+    step_ck, token_ck, keys = _checkpoint_codes(steps, tokens)
+    key = ["_ck", "global_step", "traj_uid", "step_idx"]
+    st = steps.loc[:, key[1:] + ["operator", "feedback_label"]].reset_index(drop=True).assign(_ck=step_ck)
     st["_step"] = np.arange(len(st))
-    tok = tokens.loc[:, key + ["token_idx", *_TOKEN_COLS]].merge(st[key + ["_step"]], on=key, how="inner")
+    tok = tokens.loc[:, key[1:] + ["token_idx", *_TOKEN_COLS]].assign(_ck=token_ck)
+    tok = tok.merge(st[key + ["_step"]], on=key, how="inner")
     tok = tok.sort_values(["_step", "token_idx"], kind="stable").reset_index(drop=True)
     n_tok = np.bincount(tok["_step"].to_numpy(), minlength=len(st))
     if (n_tok == 0).any():
@@ -115,16 +169,18 @@ def from_replay(steps: pd.DataFrame, tokens: pd.DataFrame, metas: list[dict], *,
     st["n_tok"] = n_tok[keep]
     for name, col in zip(SIGNALS, ("d_ablated", "d_full", "residual")):
         st[f"S_{name}"] = np.bincount(step_code, weights=signals[col], minlength=len(st)) / counts
-    st["cluster"] = st.groupby(["global_step", "traj_uid"], sort=True).ngroup().to_numpy()
-    global_steps = np.unique(st["global_step"].to_numpy())
-    st["ckpt"] = np.searchsorted(global_steps, st["global_step"].to_numpy())
+    st["ckpt"], global_steps, names = _checkpoint_order(st, keys)
+    st["cluster"] = st.groupby(["ckpt", "traj_uid"], sort=True).ngroup().to_numpy()
     total = int(total_steps) if total_steps is not None else int(global_steps.max())
     if total < int(global_steps.max()):
         raise DiagnosticsError(f"total steps {total} is smaller than the largest global step {global_steps.max()}")
     st["stage"] = stage_of(st["global_step"].to_numpy(), total)
-    st = st.drop(columns="_step")
+    st = st.drop(columns=["_step", "_ck"])
+    st = st[["global_step", "traj_uid", "step_idx", "operator", "feedback_label", "n_tok",
+             *[f"S_{name}" for name in SIGNALS], "cluster", "ckpt", "stage"]]
     tokens_out = pd.DataFrame({"step": step_code, "token": tok["token"].to_numpy(object), **signals})
-    return DiagData(steps=st, tokens=tokens_out, env=envs[0], global_steps=global_steps, total_steps=total)
+    return DiagData(steps=st, tokens=tokens_out, env=envs[0], global_steps=global_steps, total_steps=total,
+                    checkpoints=names)
 
 
 def load(paths, *, steps: str = "selected", total_steps: int | None = None) -> DiagData:

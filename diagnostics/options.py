@@ -1,15 +1,20 @@
 """The options every ``python -m diagnostics.<name>`` command takes, and loading what they name.
 
-Input: ``--ckpt DIR`` (repeatable, pooled) or ``--run DIR``, ``--steps selected|all`` and
-``--total-steps L``; bootstrap: ``--n-boot``, ``--ci``, ``--seed``; output: ``--json``. Exit codes,
-tables and the JSON output follow :mod:`ocsd.cli`.
+Input: ``--ckpt DIR`` (repeatable, pooled; a checkpoint named twice is read once) or ``--run DIR``,
+``--steps selected|all`` and ``--total-steps L``; bootstrap: ``--n-boot``, ``--ci``, ``--seed``; output:
+``--json``. Exit codes, tables, the JSON output and the ``argparse`` types of output folders and seeds
+follow :mod:`ocsd.cli`: a bad value is refused while the command line is parsed, before any work.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from diagnostics.load import DiagData, DiagnosticsError, load
+from ocsd.cli import non_negative_int
+
+if TYPE_CHECKING:
+    from diagnostics.load import DiagData
 
 __all__ = ["command_parser", "add_selection_options", "add_bootstrap_options", "load_args"]
 
@@ -27,7 +32,7 @@ def add_bootstrap_options(parser: argparse.ArgumentParser, *, seed_help: str = "
     boot = parser.add_argument_group("bootstrap")
     boot.add_argument("--n-boot", type=int, default=1000, help="trajectory-cluster resamples (default 1000)")
     boot.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
-    boot.add_argument("--seed", type=int, default=0, help=seed_help)
+    boot.add_argument("--seed", type=non_negative_int("--seed"), default=0, help=seed_help)
 
 
 def command_parser(prog: str, description: str, *, bootstrap: bool = True) -> argparse.ArgumentParser:
@@ -61,6 +66,8 @@ def load_args(args: argparse.Namespace) -> DiagData:
     DiagnosticsError
         Both or neither of ``--run`` and ``--ckpt``, ``--n-boot`` < 1 or ``--ci`` outside (0, 1).
     """
+    from diagnostics.load import DiagnosticsError, load  # the figures import this module's types only
+
     if args.run and args.ckpt:
         raise DiagnosticsError("give either --run DIR or --ckpt DIR (repeatable), not both")
     paths = [args.run] if args.run else list(args.ckpt)

@@ -24,8 +24,9 @@ import pandas as pd
 from diagnostics import auroc, dratio, robustness, tails
 from diagnostics.load import DiagData
 from diagnostics.options import command_parser, load_args
+from ocsd.cli import output_folder
 from diagnostics.wordtable import word_table
-from ocsd.cli import emit, fmt, jsonable, run_main
+from ocsd.cli import emit, fmt, jsonable, positive_int, run_main
 
 __all__ = ["diagnose", "build_report", "main"]
 
@@ -134,8 +135,9 @@ def build_report(data: DiagData, out_dir, *, n_boot: int = 1000, ci: float = 0.9
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = command_parser("diagnostics.report", __doc__.split("\n")[0])
-    parser.add_argument("--out", default="diagnostics_out", help="output folder (default diagnostics_out)")
-    parser.add_argument("--top", type=int, default=30, help="top words per tail (30)")
+    parser.add_argument("--out", type=output_folder, default="diagnostics_out",
+                        help="output folder (default diagnostics_out)")
+    parser.add_argument("--top", type=positive_int("--top"), default=30, help="top words per tail (30)")
     args = parser.parse_args(argv)
     data = load_args(args)
     result = build_report(data, args.out, n_boot=args.n_boot, ci=args.ci, seed=args.seed, top=args.top,

@@ -43,7 +43,7 @@ from diagnostics.bootstrap import (BootstrapResult, bootstrap_result, as_generat
 from diagnostics.load import STAGES, DiagData
 from diagnostics.options import command_parser, load_args
 from diagnostics.stats import DegenerateInputWarning, grouped_auroc
-from ocsd.cli import emit, format_table, run_main
+from ocsd.cli import emit, format_table, positive_int, run_main
 
 __all__ = ["standardize_within", "matched_keep", "matched_auroc", "matched_delta", "robustness", "main"]
 
@@ -87,7 +87,14 @@ def matched_keep(y, strata, keys, *, max_per_class: int = 50) -> np.ndarray:
     Returns
     -------
     numpy.ndarray of bool, shape (n,)
+
+    Raises
+    ------
+    ValueError
+        ``max_per_class`` < 1 (nothing would be kept).
     """
+    if max_per_class < 1:
+        raise ValueError(f"max_per_class must be >= 1, got {max_per_class}")
     y = np.asarray(y, dtype=bool)
     _, s = np.unique(np.asarray(strata), return_inverse=True)
     s = s.reshape(-1)
@@ -206,7 +213,14 @@ def robustness(data: DiagData, *, n_boot: int = 1000, ci: float = 0.95, seed=0, 
     dict
         ``{"raw"|"standard"|"matched"|"early"|"middle"|"late": {"delta", "ci_low", "ci_high", "n_steps"}}``;
         ``n_steps`` counts the labelled steps used (for matched: before downsampling).
+
+    Raises
+    ------
+    ValueError
+        ``max_per_class`` < 1.
     """
+    if max_per_class < 1:
+        raise ValueError(f"max_per_class must be >= 1, got {max_per_class}")
     lab = data.labelled()
     y = lab["y"].to_numpy(bool)
     full, res = lab["S_full"].to_numpy(), lab["S_residual"].to_numpy()
@@ -216,17 +230,18 @@ def robustness(data: DiagData, *, n_boot: int = 1000, ci: float = 0.95, seed=0, 
     out: dict = {}
     nan = BootstrapResult(np.nan, np.nan, np.nan, n_boot, 0)
 
-    def paired(mask, a, b_, s):
+    def paired(setting, mask, a, b_, s):
         if mask.sum() == 0 or y[mask].all() or not y[mask].any():
-            warnings.warn(f"{s}: needs valid and invalid steps ({int(y[mask].sum())} valid, "
-                          f"{int((~y[mask]).sum())} invalid); delta is nan", DegenerateInputWarning, stacklevel=3)
+            warnings.warn(f"{setting}: needs valid and invalid steps ({int(y[mask].sum())} valid, "
+                          f"{int((~y[mask]).sum())} invalid in {data.checkpoint_names(ckpt[mask])}); delta is nan",
+                          DegenerateInputWarning, stacklevel=3)
             return nan
         return paired_delta_auroc(y[mask], a[mask], b_[mask], clusters[mask], n_boot=n_boot, ci=ci, seed=s)
 
     everything = np.ones(y.size, dtype=bool)
-    out["raw"] = _entry(paired(everything, res, full, seeds[0]), y.size)
+    out["raw"] = _entry(paired("raw", everything, res, full, seeds[0]), y.size)
     z = standardize_within(np.column_stack([res, full]), ckpt) if y.size else np.zeros((0, 2))
-    out["standard"] = _entry(paired(everything, z[:, 0], z[:, 1], seeds[1]), y.size)
+    out["standard"] = _entry(paired("standard", everything, z[:, 0], z[:, 1], seeds[1]), y.size)
     if y.size == 0 or y.all() or not y.any():
         out["matched"] = _entry(nan, y.size)
     else:
@@ -239,7 +254,7 @@ def robustness(data: DiagData, *, n_boot: int = 1000, ci: float = 0.95, seed=0, 
             warnings.warn(f"{name} stage: no labelled steps; delta is nan", DegenerateInputWarning, stacklevel=2)
             out[name] = _entry(nan, 0)
         else:
-            out[name] = _entry(paired(mask, res, full, seeds[3 + i]), mask.sum())
+            out[name] = _entry(paired(f"{name} stage", mask, res, full, seeds[3 + i]), mask.sum())
     return out
 
 
@@ -252,7 +267,8 @@ def table(result: dict, ci: float = 0.95) -> str:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = command_parser("diagnostics.robustness", __doc__.split("\n")[0])
-    parser.add_argument("--max-per-class", type=int, default=50, help="matched: cap per class and stratum (50)")
+    parser.add_argument("--max-per-class", type=positive_int("--max-per-class"), default=50,
+                        help="matched: cap per class and stratum, >= 1 (50)")
     args = parser.parse_args(argv)
     data = load_args(args)
     result = robustness(data, n_boot=args.n_boot, ci=args.ci, seed=args.seed, max_per_class=args.max_per_class,

@@ -35,9 +35,10 @@ import pandas as pd
 
 from diagnostics.load import DiagData, DiagnosticsError
 from diagnostics.options import command_parser, load_args
+from ocsd.cli import non_negative_int, output_folder
 from ocsd.environments.lexicon import Lexicon
 from diagnostics.wordtable import word_table
-from ocsd.cli import emit, format_table, run_main
+from ocsd.cli import emit, format_table, positive_int, run_main
 
 __all__ = ["TAILS", "tail_hits", "tail_rates", "jaccard", "tails", "cloud_frequencies", "write_csv", "write_files",
            "table", "main"]
@@ -221,12 +222,14 @@ def table(result: dict, n: int = 15) -> str:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = command_parser("diagnostics.tails", __doc__.split("\n")[0], bootstrap=False)
-    parser.add_argument("--out", default="diagnostics_out", help="folder for the PNGs and CSV (diagnostics_out)")
-    parser.add_argument("--top", type=int, default=30, help="top words per tail in the CSV/JSON and overlap (30)")
+    parser.add_argument("--out", type=output_folder, default="diagnostics_out",
+                        help="folder for the PNGs and CSV (diagnostics_out)")
+    parser.add_argument("--top", type=positive_int("--top"), default=30,
+                        help="top words per tail in the CSV/JSON and overlap (30)")
     parser.add_argument("--tail", type=float, default=0.05, help="tail fraction (0.05)")
     parser.add_argument("--min-count", type=int, default=1, help="rank only types with at least this many occurrences")
     parser.add_argument("--no-clouds", action="store_true", help="skip the word-cloud PNGs")
-    parser.add_argument("--seed", type=int, default=0, help="word-cloud layout seed")
+    parser.add_argument("--seed", type=non_negative_int("--seed"), default=0, help="word-cloud layout seed")
     args = parser.parse_args(argv)
     if not 0 < args.tail < 0.5:
         raise DiagnosticsError(f"--tail must be in (0, 0.5), got {args.tail}")

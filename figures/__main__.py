@@ -3,7 +3,8 @@
 Builds, into ``--out``: Fig. 2 (``fig2_diagnosis``, one per run with replay checkpoints), Fig. 4
 (``fig4_dynamics``, runs overlaid), Fig. 6 (``fig6_cost``) and Table 1 (``table_main``). A figure
 whose inputs are missing (no checkpoints, no validation rows, no timings) is skipped with the
-reason printed; the command still succeeds. Bad input (a missing folder, a malformed file) exits 2.
+reason printed; the command still succeeds when at least one figure is built, and exits 1 when every
+figure is skipped. Bad input (a missing folder, a malformed file, a bad flag) exits 2.
 
 Command::
 
@@ -18,8 +19,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from figures import fig2_diagnosis, fig4_dynamics, fig6_cost, tables
-from figures._common import FigureError, SkipFigure, check_run_dir, load_runs
-from ocsd.cli import run_main
+from ocsd.cli import non_negative_int
+from figures._common import FigureError, SkipFigure, add_output_options, check_run_dir, load_runs
+from ocsd.cli import positive_int, run_main
 
 __all__ = ["FIGURES", "build_all", "main"]
 
@@ -66,15 +68,14 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--run", action="append", default=[], metavar="DIR", help="run folder (repeatable)")
     parser.add_argument("--index", metavar="JSON", help="training.sweep index.json: its runs are used for every "
                         "figure and the table groups them by method")
-    parser.add_argument("--out", default="figures_out", metavar="DIR", help="output folder (default figures_out)")
+    add_output_options(parser)
     parser.add_argument("--only", action="append", choices=list(FIGURES), help="build only these (repeatable)")
-    parser.add_argument("--n-boot", type=int, default=1000, help="Fig. 2 bootstrap resamples (default 1000)")
-    parser.add_argument("--seed", type=int, default=0, help="Fig. 2 bootstrap and layout seed (default 0)")
+    parser.add_argument("--n-boot", type=positive_int("--n-boot"), default=1000,
+                        help="Fig. 2 bootstrap resamples (default 1000)")
+    parser.add_argument("--seed", type=non_negative_int("--seed"), default=0,
+                        help="Fig. 2 bootstrap and layout seed (default 0)")
     parser.add_argument("--pdf", action="store_true", help="also write PDFs")
-    parser.add_argument("--dpi", type=int, default=150, help="PNG resolution (default 150)")
     args = parser.parse_args(argv)
-    if args.n_boot < 1:
-        raise FigureError(f"--n-boot must be >= 1, got {args.n_boot}")
     runs = [check_run_dir(r) for r in args.run]
     if args.index:
         usable, skipped = tables.read_index(args.index)
@@ -88,6 +89,8 @@ def _main(argv: Sequence[str] | None) -> int:
     print("\nfigures:")
     for name, res in results.items():
         print(f"  {name}: " + (res if isinstance(res, str) else ", ".join(map(str, res))))
+    if all(isinstance(res, str) for res in results.values()):
+        raise SkipFigure("every figure was skipped (reasons above)")
     return 0
 
 

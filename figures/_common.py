@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ocsd.cli import SkipCommand, UsageError
+from ocsd.cli import output_folder
+from ocsd.cli import SkipCommand, UsageError, positive_int
 
 __all__ = ["FigureError", "SkipFigure", "RunInfo", "METHOD_LABELS", "method_label", "check_run_dir", "load_runs",
-           "label_runs", "read_json_file", "figure_parser"]
+           "label_runs", "read_json_file", "figure_parser", "add_output_options"]
 
 METHOD_LABELS = {
     "vanilla": "Vanilla", "grpo": "GRPO", "opsd": "OPSD", "grpo_opsd": "GRPO+OPSD", "rlsd": "RLSD",
@@ -136,12 +137,20 @@ def label_runs(runs: list[RunInfo], labels: Sequence[str] | None = None) -> list
 
 
 def figure_parser(prog: str, description: str, *, runs: str = "+") -> argparse.ArgumentParser:
-    """Parser with ``--run`` (repeatable), ``--out``, ``--pdf`` and ``--dpi``."""
+    """Parser with ``--run`` (repeatable), ``--out``, ``--pdf`` and ``--dpi`` (:func:`add_output_options`)."""
     parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=description)
     parser.add_argument("--run", action="append", default=[], metavar="DIR",
                         help="run folder (run.json, metrics.jsonl, global_step_N/); repeat to overlay several"
                         if runs == "+" else "run folder")
-    parser.add_argument("--out", default="figures_out", metavar="DIR", help="output folder (default figures_out)")
+    add_output_options(parser)
     parser.add_argument("--pdf", action="store_true", help="also write a PDF next to each PNG")
-    parser.add_argument("--dpi", type=int, default=150, help="PNG resolution (default 150)")
     return parser
+
+
+def add_output_options(parser: argparse.ArgumentParser, *, dpi: bool = True) -> None:
+    """Add ``--out DIR`` (a folder, not a file) and, with ``dpi``, ``--dpi N`` (>= 1); bad values are
+    refused while parsing, before any work."""
+    parser.add_argument("--out", type=output_folder, default="figures_out", metavar="DIR",
+                        help="output folder (default figures_out)")
+    if dpi:
+        parser.add_argument("--dpi", type=positive_int("--dpi"), default=150, help="PNG resolution (default 150)")

@@ -60,7 +60,8 @@ def bar_chart(ax, labels: Sequence[str], values, lows, highs, *, color="#4C72B0"
     ax : matplotlib.axes.Axes
     labels : sequence of str, length n
     values, lows, highs : sequence of float or None, length n
-        Bar heights and the interval around each (whiskers from ``low`` to ``high``).
+        Bar heights and the interval of each (whiskers from ``low`` to ``high``, also where the
+        interval does not contain the bar's value).
     color : colour or sequence of n colours
     ylabel : str
     baseline : float, optional
@@ -71,10 +72,11 @@ def bar_chart(ax, labels: Sequence[str], values, lows, highs, *, color="#4C72B0"
     values = np.array([number(v) for v in values])
     lows = np.array([number(v) for v in lows])
     highs = np.array([number(v) for v in highs])
-    err = np.nan_to_num(np.vstack([values - lows, highs - values]), nan=0.0)
     x = np.arange(len(labels))
-    ax.bar(x, np.nan_to_num(values), yerr=err, capsize=3, color=color, edgecolor="black", linewidth=0.5,
-           error_kw={"elinewidth": 0.8}, gid=gid)
+    ax.bar(x, np.nan_to_num(values), color=color, edgecolor="black", linewidth=0.5, gid=gid)
+    # whiskers centred on the interval, not the bar: a percentile interval need not contain the estimate
+    ax.errorbar(x, np.nan_to_num((lows + highs) / 2), yerr=np.nan_to_num(np.abs(highs - lows) / 2), fmt="none",
+                ecolor="black", elinewidth=0.8, capsize=3)
     for xi, v in zip(x, values):
         if not np.isfinite(v):
             ax.text(xi, 0, "n/a", ha="center", va="bottom", fontsize=7, color="grey")

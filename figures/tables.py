@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Sequence
 
 from diagnostics.runs import VAL_OVERALL, VAL_PREFIX, SeedStats, last_validation, validation_stats
-from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, check_run_dir, load_runs, method_label,
-                             read_json_file)
+from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, add_output_options, check_run_dir,
+                             load_runs, method_label, read_json_file)
 from ocsd.cli import run_main
 from ocsd.environments import get_environment
 
@@ -240,7 +240,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m figures.tables", description=__doc__.split("\n")[0])
     parser.add_argument("--run", action="append", default=[], metavar="DIR", help="run folder (repeatable)")
     parser.add_argument("--index", metavar="JSON", help="a training.sweep index.json (or the sweep's output folder)")
-    parser.add_argument("--out", default="figures_out", metavar="DIR", help="output folder (default figures_out)")
+    add_output_options(parser, dpi=False)
     parser.add_argument("--format", default="both", choices=("md", "latex", "both"), help="files to write")
     args = parser.parse_args(argv)
     paths = build(args.out, run_dirs=args.run, index=args.index, fmt=args.format)

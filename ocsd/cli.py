@@ -19,7 +19,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["UsageError", "SkipCommand", "positive_int", "jsonable", "fmt", "format_table", "emit", "run_main"]
+__all__ = ["UsageError", "SkipCommand", "positive_int", "non_negative_int", "folder_problem", "output_folder",
+           "jsonable", "fmt", "format_table", "emit", "run_main"]
 
 
 class UsageError(ValueError):
@@ -43,6 +44,37 @@ def positive_int(flag: str) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def non_negative_int(flag: str) -> Callable[[str], int]:
+    """An ``argparse`` type: an integer >= 0 (a seed), the error naming ``flag``."""
+
+    def parse(text: str) -> int:
+        if not text.strip().isdecimal():
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer >= 0, got {text!r}")
+        return int(text)
+
+    return parse
+
+
+def folder_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be a folder to write into, or None: it is empty (which would mean the current
+    folder), or it or a folder above it is a file."""
+    if not str(path).strip():
+        return "empty (it would mean the current folder); name a folder"
+    folder = Path(path).expanduser()
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None or existing.is_dir():
+        return None
+    return f"{existing} is a file, not a folder"
+
+
+def output_folder(text: str) -> str:
+    """An ``argparse`` type: a folder to write into, created later if missing (:func:`folder_problem`)."""
+    problem = folder_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def jsonable(value: Any) -> Any:

@@ -328,7 +328,7 @@ def check_out_folder(out: Path) -> None:
 
 def _plan(args):
     """The model source, output folder, views and config of a command line (nothing is written)."""
-    from training.config import folder_problem
+    from ocsd.cli import folder_problem
 
     if args.data is not None and not Path(args.data).expanduser().is_dir():
         raise UsageError(f"--data: folder {args.data!r} does not exist")

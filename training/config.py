@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import yaml
 
 from ocsd.algorithm.methods import METHODS
+from ocsd.cli import folder_problem
 from ocsd.environments import RuntimeNotImplemented, environment_names, get_environment
 
 
@@ -247,17 +248,6 @@ def model_problem(model: str) -> str | None:
     return None
 
 
-def folder_problem(path: str) -> str | None:
-    """Why ``path`` cannot be a folder this suite writes (empty, or it or a parent is a file); None if it can."""
-    if not str(path).strip():
-        return "empty (it would mean the current folder); name a folder"
-    folder = Path(path).expanduser()
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
-    if existing is None or existing.is_dir():
-        return None
-    return f"{existing} is a file, not a folder" if existing == folder else f"{existing} is a file"
-
-
 def _field_types() -> dict[str, Any]:
     return {f.name: f.type for f in fields(TrainConfig)}
 
@@ -289,14 +279,31 @@ def _coerce(name: str, value: Any) -> Any:
         raise ConfigError(f"{name}={value!r}: expected {kind}") from None
 
 
+def yaml_error_text(exc: Exception) -> str:
+    """A YAML parse error in one line: the problem and where it is."""
+    mark = getattr(exc, "problem_mark", None)
+    if getattr(exc, "problem", None) and mark is not None:
+        return f"{exc.problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(exc).split())
+
+
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """``["rho=0.3", "method=grpo"]`` -> ``{"rho": 0.3, "method": "grpo"}`` (values parsed as YAML)."""
+    """``["rho=0.3", "method=grpo"]`` -> ``{"rho": 0.3, "method": "grpo"}`` (values parsed as YAML).
+
+    Raises
+    ------
+    ConfigError
+        Naming the item that is not ``key=value`` or whose value is not valid YAML.
+    """
     out = {}
     for item in items:
         if "=" not in item:
             raise ConfigError(f"override {item!r}: expected key=value")
         key, raw = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(raw) if raw != "" else ""
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML ({yaml_error_text(exc)})") from None
     return out
 
 
@@ -326,8 +333,7 @@ def read_config_file(path: str | os.PathLike) -> dict:
     try:
         loaded = yaml.safe_load(path.read_text()) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        why = " ".join(str(exc).split())
-        raise ConfigError(f"--config: {path} is not valid YAML ({why})") from None
+        raise ConfigError(f"--config: {path} is not valid YAML ({yaml_error_text(exc)})") from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"--config: {path} is not a mapping of key: value")
     return loaded

@@ -3,7 +3,8 @@
 Evaluates a checkpoint or base model with the paper's protocol: one greedy trajectory per evaluation
 task, at most the environment's step cap (ALFWorld: 50), success per task type and overall. Prints a
 table, or one JSON object with ``--json``; ``--out`` writes ``eval.json`` next to the checkpoint
-(``--out-file PATH``: to that file, or into that folder).
+(``--out-file PATH``: to that ``.json`` file, or into that folder). Flags, the config and where the
+result goes are checked before the evaluation starts.
 
 Evaluation games: real games of ``--split`` from ``--data`` or ``$ALFWORLD_DATA`` (the ALFWorld release's
 ``valid_seen`` has 140 solvable games), else generated validation games in ``games_dir``.
@@ -20,6 +21,7 @@ import json
 import sys
 import time
 from pathlib import Path
+
 
 from ocsd.cli import UsageError, positive_int
 from ocsd.environments import EnvironmentSpec, RuntimeNotImplemented, environment_names, get_environment
@@ -72,13 +74,23 @@ def format_table(result: dict) -> str:
 def _out_path(out: bool, out_file: str | None, checkpoint: Path | None) -> Path | None:
     if out_file:
         path = Path(out_file)
-        return path if path.suffix == ".json" else path / "eval.json"
+        return path if path.suffix == ".json" and not path.is_dir() else path / "eval.json"
     if not out:
         return None
     if checkpoint is None:
         raise UsageError("--out writes eval.json next to a checkpoint (global_step_N), and this is a base model; "
                          "use --out-file PATH")
     return checkpoint / "eval.json"
+
+
+def _out_problem(path: Path) -> str | None:
+    """Why the result cannot be written to ``path`` (it is a folder, or a folder above it is a file), or None."""
+    if path.is_dir():
+        return f"{path} is a folder, not a file"
+    for above in path.parents:
+        if above.exists():
+            return None if above.is_dir() else f"{above} is a file, not a folder"
+    return None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -117,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--data: folder {args.data!r} does not exist")
         source = resolve_model_source(args.ckpt, flag="--ckpt")
         out = _out_path(args.out, args.out_file, source.checkpoint)
-        if out is not None and out.parent.exists() and not out.parent.is_dir():
-            raise UsageError(f"--out: {out.parent} is not a folder")
+        problem = _out_problem(out) if out is not None else None
+        if problem:
+            raise UsageError(f"{'--out-file' if args.out_file else '--out'}: {problem}")
         overrides = parse_overrides(args.overrides)
         flags = dict(env=args.env, data=args.data, seed=args.seed, group_size=1,
                      max_steps=None if "max_steps" in overrides else spec.max_steps)

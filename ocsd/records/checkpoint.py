@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ocsd.cli import jsonable
 from ocsd.records.schema import (
+    CHECKPOINT_COLUMN,
     META_FILE,
     META_KEYS,
     NULLABLE_STEP_COLUMNS,
@@ -34,13 +36,14 @@ from ocsd.records.schema import (
     is_checkpoint,
     replay_folder,
 )
-from ocsd.records.validation import check_tables, checked_tables, null_problems
+from ocsd.records.validation import check_tables, checked_tables, meta_problems, null_problems
 
 __all__ = [
     "ReplayData",
     "atomic_write_bytes",
     "atomic_write_parquet",
     "checkpoint_dirs",
+    "checkpoint_id",
     "checkpoint_folders",
     "read_checkpoint",
     "read_replay",
@@ -64,6 +67,10 @@ class ReplayData:
         The ``meta.json`` of each checkpoint read, in the same order.
     folders : list of pathlib.Path
         The ``replay/`` folders read.
+
+    Pooled by :func:`read_replay`, both tables carry a categorical :data:`CHECKPOINT_COLUMN` column: the
+    :func:`checkpoint_id` of the checkpoint each row came from. Rows of two checkpoints are told apart
+    by it, not by ``global_step`` (two runs can share steps and trajectory ids).
     """
 
     steps: pd.DataFrame
@@ -145,13 +152,16 @@ def write_replay(folder: str | os.PathLike, steps: pd.DataFrame, tokens: pd.Data
     Raises
     ------
     RecordError
-        If the tables or meta do not follow the format; nothing is written then.
+        If the tables or meta (its keys and their types) do not follow the format; nothing is written then.
     """
     folder = Path(folder)
     meta = {"schema_version": SCHEMA_VERSION, **meta}
     missing = [k for k in META_KEYS if k not in meta]
     if missing:
         raise RecordError(f"{folder / META_FILE}: missing key(s) {missing}")
+    problems = meta_problems(jsonable(meta), folder / META_FILE)
+    if problems:
+        raise RecordError("refusing to write an invalid checkpoint:\n  " + "\n  ".join(problems))
     steps_table = _to_table(steps, STEP_COLUMNS, str(folder / STEPS_FILE))
     tokens_table = _to_table(tokens, TOKEN_COLUMNS, str(folder / TOKENS_FILE))
     problems = check_tables(steps_table.to_pandas(), tokens_table.to_pandas(), folder / STEPS_FILE,
@@ -197,28 +207,45 @@ def checkpoint_folders(run_dir: str | os.PathLike, *, warn: bool = True) -> list
     return complete
 
 
+def checkpoint_id(folder: str | os.PathLike) -> str:
+    """The identity of a checkpoint: its resolved ``global_step_<N>`` folder (the parent of ``replay/``),
+    or the resolved folder itself when it is not named ``replay``."""
+    folder = replay_folder(Path(folder)).resolve()
+    return str(folder.parent if folder.name == "replay" else folder)
+
+
+def _found(path: Path) -> list[Path]:
+    """The ``replay/`` folders one path names: a checkpoint, or a run folder's complete checkpoints."""
+    if not path.exists():
+        raise RecordError(f"{path}: no such file or folder")
+    if is_checkpoint(path):
+        folder = replay_folder(path)
+        if not (folder / META_FILE).exists():
+            raise IncompleteCheckpointError(f"{folder}: incomplete checkpoint, {META_FILE} is missing")
+        return [folder]
+    if not path.is_dir():
+        raise RecordError(f"{path}: expected a checkpoint or run folder")
+    ckpts = checkpoint_folders(path)
+    if not ckpts:
+        raise RecordError(f"{path}: neither a checkpoint (global_step_<N>/replay/) nor a run folder "
+                          f"with complete checkpoints")
+    return [c / "replay" for c in ckpts]
+
+
 def _resolve(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+    """The ``replay/`` folders ``paths`` name, each checkpoint once (a repeat is skipped with a warning)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    folders: list[Path] = []
+    folders: dict[str, Path] = {}
     for raw in paths:
-        path = Path(raw)
-        if not path.exists():
-            raise RecordError(f"{path}: no such file or folder")
-        if is_checkpoint(path):
-            folder = replay_folder(path)
-            if not (folder / META_FILE).exists():
-                raise IncompleteCheckpointError(f"{folder}: incomplete checkpoint, {META_FILE} is missing")
-            folders.append(folder)
-        elif path.is_dir():
-            ckpts = checkpoint_folders(path)
-            if not ckpts:
-                raise RecordError(f"{path}: neither a checkpoint (global_step_<N>/replay/) nor a run folder "
-                                  f"with complete checkpoints")
-            folders.extend(c / "replay" for c in ckpts)
-        else:
-            raise RecordError(f"{path}: expected a checkpoint or run folder")
-    return folders
+        for folder in _found(Path(raw)):
+            key = checkpoint_id(folder)
+            if key in folders:
+                warnings.warn(f"{raw}: checkpoint {key} is named more than once; it is read once", UserWarning,
+                              stacklevel=3)
+                continue
+            folders[key] = folder
+    return list(folders.values())
 
 
 def read_checkpoint(folder: str | os.PathLike, *, token_columns: Sequence[str] | None = None,
@@ -239,7 +266,7 @@ def read_checkpoint(folder: str | os.PathLike, *, token_columns: Sequence[str] |
     IncompleteCheckpointError
         If ``meta.json`` is missing.
     RecordError
-        If the checkpoint does not follow the format; the message lists every problem.
+        If the checkpoint does not follow the format; the message lists every problem on one line.
     """
     folder = replay_folder(Path(folder))
     if not (folder / META_FILE).exists():
@@ -247,7 +274,7 @@ def read_checkpoint(folder: str | os.PathLike, *, token_columns: Sequence[str] |
     if validate:
         problems, meta, tables = checked_tables(folder)
         if problems:
-            raise RecordError(f"{folder}: invalid replay scores:\n  " + "\n  ".join(problems))
+            raise RecordError(f"{folder}: invalid replay scores: " + "; ".join(problems))
         steps, tokens = tables[STEPS_FILE], tables[TOKENS_FILE]
     else:
         meta = json.loads((folder / META_FILE).read_text())
@@ -266,7 +293,9 @@ def read_replay(paths: str | os.PathLike | Sequence[str | os.PathLike], *, steps
     ----------
     paths : path or sequence of paths
         Checkpoint folders (``global_step_<N>`` or their ``replay/``) and/or run folders; a run folder
-        contributes all its complete checkpoints, and incomplete ones are skipped with a warning.
+        contributes all its complete checkpoints, and incomplete ones are skipped with a warning. A
+        checkpoint named more than once (directly, by another path, or through its run folder) is read
+        once, with a warning.
     steps : {"all", "selected"}, default "all"
         With ``"selected"``, keep only selected steps in both tables.
     token_columns : sequence of str, optional
@@ -277,20 +306,35 @@ def read_replay(paths: str | os.PathLike | Sequence[str | os.PathLike], *, steps
     Returns
     -------
     ReplayData
+        Both tables with the :data:`CHECKPOINT_COLUMN` of each row.
     """
     if steps not in ("all", "selected"):
         raise ValueError(f"steps must be 'all' or 'selected', got {steps!r}")
-    parts = [read_checkpoint(f, token_columns=token_columns, validate=validate) for f in _resolve(paths)]
-    step_frames = [p.steps for p in parts]
-    token_frames = [p.tokens for p in parts]
-    data = ReplayData(
-        steps=pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame(columns=list(STEP_COLUMNS)),
-        tokens=pd.concat(token_frames, ignore_index=True) if token_frames else pd.DataFrame(columns=list(TOKEN_COLUMNS)),
+    folders = _resolve(paths)
+    parts = [read_checkpoint(f, token_columns=token_columns, validate=validate) for f in folders]
+    if steps == "selected":
+        parts = [_selected(p) for p in parts]
+    ids = [checkpoint_id(f) for f in folders]
+    return ReplayData(
+        steps=_pooled([p.steps for p in parts], ids, STEP_COLUMNS),
+        tokens=_pooled([p.tokens for p in parts], ids, TOKEN_COLUMNS),
         metas=[m for p in parts for m in p.metas],
         folders=[f for p in parts for f in p.folders],
     )
-    if steps == "selected":
-        data.steps = data.steps[data.steps["selected"].to_numpy(bool)].reset_index(drop=True)
-        keys = data.steps.loc[:, list(STEP_KEY)]
-        data.tokens = data.tokens.merge(keys, on=list(STEP_KEY), how="inner")
-    return data
+
+
+def _selected(part: ReplayData) -> ReplayData:
+    """One checkpoint's selected steps and their tokens."""
+    steps = part.steps[part.steps["selected"].to_numpy(bool)].reset_index(drop=True)
+    tokens = part.tokens.merge(steps.loc[:, list(STEP_KEY)], on=list(STEP_KEY), how="inner")
+    return ReplayData(steps=steps, tokens=tokens, metas=part.metas, folders=part.folders)
+
+
+def _pooled(frames: list[pd.DataFrame], ids: list[str], columns: dict) -> pd.DataFrame:
+    """The frames of several checkpoints, one below the other, with their :data:`CHECKPOINT_COLUMN`."""
+    if not frames:
+        return pd.DataFrame(columns=[*columns, CHECKPOINT_COLUMN])
+    pooled = pd.concat(frames, ignore_index=True)
+    codes = np.repeat(np.arange(len(frames)), [len(f) for f in frames])
+    pooled[CHECKPOINT_COLUMN] = pd.Categorical.from_codes(codes, categories=ids)
+    return pooled

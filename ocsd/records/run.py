@@ -13,7 +13,7 @@ from pathlib import Path
 from ocsd.cli import jsonable
 from ocsd.records.checkpoint import atomic_write_bytes, checkpoint_dirs
 from ocsd.records.schema import METRICS_FILE, RUN_FILE, SCHEMA_VERSION, RecordError, is_checkpoint
-from ocsd.records.validation import validate_replay
+from ocsd.records.validation import metrics_problems, validate_replay
 
 __all__ = ["RunWriter", "read_metrics", "read_run_info", "validate_path"]
 
@@ -64,19 +64,10 @@ class RunWriter:
         return self.checkpoint_dir(step) / "replay"
 
 
-def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
-    """Rows of a run's ``metrics.jsonl``; a torn last line (crash mid-write) is ignored.
-
-    Raises
-    ------
-    RecordError
-        If a line other than the last is not a JSON object with a ``step`` key.
-    """
-    path = Path(run_dir) / METRICS_FILE
-    if not path.exists():
-        return []
+def _metrics_rows(path: Path) -> tuple[list[dict], list[int]]:
+    """Rows of ``metrics.jsonl`` and their line numbers; a torn last line is left out with a warning."""
     lines = path.read_text().splitlines()
-    rows = []
+    rows, numbers = [], []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -84,12 +75,37 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             if number == len(lines):
-                warnings.warn(f"{path}: ignoring a torn last line", stacklevel=2)
+                warnings.warn(f"{path}: ignoring a torn last line", stacklevel=3)
                 break
             raise RecordError(f"{path}: line {number} is not valid JSON ({exc})") from exc
         if not isinstance(row, dict) or "step" not in row:
             raise RecordError(f"{path}: line {number} is not a JSON object with a 'step' key")
+        if not isinstance(row["step"], int) or isinstance(row["step"], bool) or row["step"] < 0:
+            raise RecordError(f"{path}: line {number}: field 'step' is {json.dumps(row['step'])[:40]}, expected an "
+                              f"integer >= 0")
         rows.append(row)
+        numbers.append(number)
+    return rows, numbers
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
+    """Rows of a run's ``metrics.jsonl``; a torn last line (crash mid-write) is ignored.
+
+    Rows whose steps repeat or go back (two writers in one folder) are returned as they are, with a
+    warning naming the file, the field and the steps (:func:`~ocsd.records.validation.metrics_problems`).
+
+    Raises
+    ------
+    RecordError
+        If a line other than the last is not a JSON object with a ``step`` key, or its ``step`` is not
+        an integer >= 0.
+    """
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    rows, numbers = _metrics_rows(path)
+    for problem in metrics_problems([r["step"] for r in rows], numbers, path):
+        warnings.warn(problem, stacklevel=2)
     return rows
 
 
@@ -118,8 +134,9 @@ def read_run_info(run_dir: str | os.PathLike) -> dict:
 def validate_path(path: str | os.PathLike) -> list[str]:
     """Validate a checkpoint, its ``replay/`` folder, or a whole run folder.
 
-    For a run folder, ``run.json`` and ``metrics.jsonl`` are checked too and every
-    ``global_step_<N>`` folder is validated (an incomplete one is reported).
+    For a run folder, ``run.json`` and ``metrics.jsonl`` (its rows, and their ``step`` field: one row
+    per step, in order) are checked too and every ``global_step_<N>`` folder is validated (an
+    incomplete one is reported).
     """
     path = Path(path)
     if not path.exists():
@@ -130,10 +147,15 @@ def validate_path(path: str | os.PathLike) -> list[str]:
     if not ckpts:
         return [f"{path}: neither a checkpoint (global_step_<N>/replay/) nor a run folder"]
     problems = []
-    for loader in (read_run_info, read_metrics):
+    try:
+        read_run_info(path)
+    except RecordError as exc:
+        problems.append(str(exc))
+    if (path / METRICS_FILE).exists():
         try:
             with warnings.catch_warnings(record=True):
-                loader(path)
+                rows, numbers = _metrics_rows(path / METRICS_FILE)
+            problems += metrics_problems([r["step"] for r in rows], numbers, path / METRICS_FILE)
         except RecordError as exc:
             problems.append(str(exc))
     for _, ckpt in ckpts:

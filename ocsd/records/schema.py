@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 __all__ = [
+    "CHECKPOINT_COLUMN",
     "FEEDBACK_LABELS",
     "META_FILE",
     "META_KEYS",
@@ -81,6 +82,9 @@ META_KEYS = ("schema_version", "global_step", "run", "model", "env", "method", "
 STEP_KEY = ("global_step", "traj_uid", "step_idx")
 STEPS_FILE, TOKENS_FILE, META_FILE = "steps.parquet", "tokens.parquet", "meta.json"
 RUN_FILE, METRICS_FILE = "run.json", "metrics.jsonl"
+CHECKPOINT_COLUMN = "checkpoint"
+"""Column a reader adds to pooled tables (never stored): the resolved checkpoint folder of each row, so rows
+of checkpoints that share ``global_step`` and ``traj_uid`` (two runs) stay apart."""
 
 
 class RecordError(ValueError):

@@ -1,17 +1,19 @@
-"""Validation of one checkpoint's replay folder against the format.
+"""Validation of one checkpoint's replay folder, and of a run's metrics rows, against the format.
 
-Each ``*_problems`` function returns messages that name the file and, where it applies, the column;
-:func:`validate_replay` collects them for a folder, :func:`checked_tables` also returns what it read
-so that a reader validates and reads in one pass, and :func:`check_tables` checks tables before a
-writer stores them.
+Each ``*_problems`` function returns messages that name the file and, where it applies, the column or
+key; :func:`validate_replay` collects them for a folder, :func:`checked_tables` also returns what it read
+so that a reader validates and reads in one pass, :func:`check_tables` checks tables before a writer
+stores them, :func:`meta_problems` checks ``meta.json``'s keys and their types, and
+:func:`metrics_problems` the ``step`` field of ``metrics.jsonl`` rows.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,7 +35,31 @@ from ocsd.records.schema import (
     replay_folder,
 )
 
-__all__ = ["check_tables", "checked_tables", "null_problems", "validate_replay"]
+__all__ = ["check_tables", "checked_tables", "meta_problems", "metrics_problems", "null_problems",
+           "validate_replay"]
+
+
+def _is_integer(value: Any) -> bool:
+    """Whether ``value`` is a JSON integer (``True``/``False`` are not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+_META_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "global_step": (lambda v: _is_integer(v) and v >= 0, "an integer >= 0"),
+    "run": (lambda v: isinstance(v, str), "a string"),
+    "model": (lambda v: isinstance(v, str), "a string"),
+    "env": (lambda v: isinstance(v, str), "a string"),
+    "method": (lambda v: isinstance(v, str), "a string"),
+    "rho": (lambda v: v is None or _is_number(v), "a number or null"),
+    "beta": (lambda v: v is None or _is_number(v), "a number or null"),
+    "views": (lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v),
+              "a list of view names (strings)"),
+}
+"""``meta.json`` key -> (check of its value, what the value must be)."""
 
 
 def _type_ok(actual: pa.DataType, expected: pa.DataType) -> bool:
@@ -126,21 +152,56 @@ def _key_problems(steps: pd.DataFrame, tokens: pd.DataFrame, steps_path: Path, t
     return problems
 
 
-def _read_meta(meta_path: Path) -> tuple[dict | None, list[str]]:
-    if not meta_path.exists():
-        return None, [f"{meta_path.parent}: incomplete checkpoint, {META_FILE} is missing"]
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        return None, [f"{meta_path}: not valid JSON ({exc})"]
-    if not isinstance(meta, dict):
-        return None, [f"{meta_path}: expected a JSON object"]
+def meta_problems(meta: Mapping, meta_path: Path) -> list[str]:
+    """Problems of a checkpoint's ``meta.json`` object: a missing key of :data:`META_KEYS`, an unknown
+    ``schema_version``, or a key whose value has the wrong type (``global_step`` an integer >= 0,
+    ``views`` a list of names, ``run``/``model``/``env``/``method`` strings, ``rho``/``beta`` numbers)."""
     problems = [f"{meta_path}: missing key '{k}'" for k in META_KEYS if k not in meta]
     if "schema_version" in meta and meta["schema_version"] != SCHEMA_VERSION:
         problems.append(
             f"{meta_path}: unknown schema_version {meta['schema_version']!r} (this reader knows {SCHEMA_VERSION})"
         )
-    return meta, problems
+    for key, (check, expected) in _META_TYPES.items():
+        if key in meta and not check(meta[key]):
+            problems.append(f"{meta_path}: key '{key}' is {json.dumps(meta[key])[:60]}, expected {expected}")
+    return problems
+
+
+def metrics_problems(steps: Sequence[int], lines: Sequence[int], path: Path) -> list[str]:
+    """Problems of the ``step`` field of a run's ``metrics.jsonl``: one row per training step, in order.
+
+    Parameters
+    ----------
+    steps : sequence of int
+        The ``step`` of each row, in file order.
+    lines : sequence of int
+        The line number of each row (1-based).
+    path : path
+        The file, named in the messages.
+    """
+    problems = []
+    repeated = sorted(step for step, n in Counter(steps).items() if n > 1)
+    if repeated:
+        where = [line for step, line in zip(steps, lines) if step in repeated[:5]]
+        problems.append(f"{path}: field 'step' repeats step(s) {repeated[:5]} (lines {where[:8]}): two writers "
+                        f"or two runs share this folder")
+    back = [(line, prev, step) for prev, step, line in zip(steps, steps[1:], lines[1:]) if step < prev]
+    if back and not repeated:
+        line, prev, step = back[0]
+        problems.append(f"{path}: field 'step' goes back from {prev} to {step} at line {line}")
+    return problems
+
+
+def _read_meta(meta_path: Path) -> tuple[dict | None, list[str]]:
+    if not meta_path.exists():
+        return None, [f"{meta_path.parent}: incomplete checkpoint, {META_FILE} is missing"]
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, [f"{meta_path}: not valid JSON ({exc})"]
+    if not isinstance(meta, dict):
+        return None, [f"{meta_path}: expected a JSON object"]
+    return meta, meta_problems(meta, meta_path)
 
 
 def check_tables(steps: pd.DataFrame, tokens: pd.DataFrame, steps_path: Path, tokens_path: Path,
@@ -150,7 +211,7 @@ def check_tables(steps: pd.DataFrame, tokens: pd.DataFrame, steps_path: Path, to
     """
     problems = _label_problems(steps, steps_path) + _finite_problems(tokens, tokens_path)
     problems += _key_problems(steps, tokens, steps_path, tokens_path)
-    if meta is not None and "global_step" in meta:
+    if meta is not None and _is_integer(meta.get("global_step")):
         for path, table in ((steps_path, steps), (tokens_path, tokens)):
             other = set(table["global_step"].unique().tolist()) - {int(meta["global_step"])}
             if other:

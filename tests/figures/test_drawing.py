@@ -64,3 +64,13 @@ def test_write_panels_and_clouds(tmp_path):
     assert list(clouds) == ["full+"]  # a tail without a positive size is skipped
     assert_png(tmp_path / "cloud_full_plus.png")
     assert not (tmp_path / "cloud_residual_minus.png").exists()
+
+
+def test_bar_chart_whiskers_span_an_interval_that_misses_the_value():
+    plt = pyplot()
+    fig, ax = plt.subplots()  # a percentile interval need not contain the estimate (few resamples)
+    bar_chart(ax, ["a", "b"], [0.8, 0.2], [0.5, 0.3], [0.7, 0.4], gid="panel")
+    heights, lows, highs = bars(fig, "panel")
+    assert heights == pytest.approx([0.8, 0.2])
+    assert lows == pytest.approx([0.5, 0.3]) and highs == pytest.approx([0.7, 0.4])
+    plt.close(fig)

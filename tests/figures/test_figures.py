@@ -28,11 +28,12 @@ def assert_png(path):
 def bars(fig, gid):
     """Heights and error-bar (low, high) of the bar axes with this gid."""
     ax = next(a for a in fig.axes if a.get_gid() == gid)
-    from matplotlib.container import BarContainer
+    from matplotlib.container import BarContainer, ErrorbarContainer
 
     container = next(c for c in ax.containers if isinstance(c, BarContainer))
     heights = np.array([p.get_height() for p in container.patches])
-    segments = container.errorbar.lines[2][0].get_segments()
+    whiskers = next(c for c in ax.containers if isinstance(c, ErrorbarContainer))
+    segments = whiskers.lines[2][0].get_segments()
     lows = np.array([min(s[:, 1]) for s in segments])
     highs = np.array([max(s[:, 1]) for s in segments])
     return heights, lows, highs
@@ -270,4 +271,5 @@ def test_figures_contain_no_statistics_code():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('scipy', 'sklearn', 'diagnostics')))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "['diagnostics', 'diagnostics.runs']"  # statistics of runs only, no estimators
+    # statistics of runs only, no estimators
+    assert proc.stdout.strip() == "['diagnostics', 'diagnostics.runs']"

@@ -70,3 +70,21 @@ def test_run_main_extra_errors_and_success():
     assert run_main(lambda argv: 0, []) == 0
     with pytest.raises(Custom):
         run_main(raise_custom, [])
+
+
+def test_folder_and_seed_types(tmp_path):
+    from ocsd.cli import folder_problem, non_negative_int, output_folder
+
+    (tmp_path / "f").write_text("")
+    assert folder_problem(tmp_path) is None and folder_problem(tmp_path / "new" / "deeper") is None
+    taken = f"{tmp_path / 'f'} is a file, not a folder"
+    assert folder_problem(tmp_path / "f") == folder_problem(tmp_path / "f" / "x") == taken
+    assert output_folder(str(tmp_path / "new")) == str(tmp_path / "new")
+    with pytest.raises(argparse.ArgumentTypeError, match="is a file"):
+        output_folder(str(tmp_path / "f" / "x"))
+    seed = non_negative_int("--seed")
+    assert seed("0") == 0 and seed(" 7 ") == 7
+    for bad in ("-1", "1.5", "x", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="--seed must be an integer >= 0"):
+            seed(bad)
+    assert folder_problem("").startswith("empty")

@@ -176,3 +176,32 @@ def test_batch_env(generated, workers):
         assert env.step(["look"] * 3)[1].active is False
         with pytest.raises(ValueError):
             env.step(["look"])
+
+
+def _cli_error(argv, capsys) -> str:
+    """The stderr of ``python -m training.envs.alfworld`` refusing ``argv`` with exit status 2."""
+    from training.envs.alfworld import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_command_line_refuses_bad_input_before_work(tmp_path, capsys):
+    afile = tmp_path / "taken"
+    afile.write_text("keep me")
+    (tmp_path / "binary.tw-pddl").write_bytes(bytes(range(128, 256)))
+    (tmp_path / "games").mkdir()
+    for argv, message in (
+            (["generate", "--out", str(afile), "--n", "1"], f"argument --out: {afile} is a file, not a folder"),
+            (["generate", "--out", str(afile / "sub"), "--n", "1"], f"{afile} is a file, not a folder"),
+            (["generate", "--out", str(tmp_path / "g"), "--n", "0"], "--n must be >= 1"),
+            (["generate", "--out", str(tmp_path / "g"), "--task-types", "pick,bogus"],
+             "unknown task type(s) ['bogus']"),
+            (["play", str(tmp_path / "games")], "is a folder; give a .tw-pddl game file"),
+            (["play", str(tmp_path / "binary.tw-pddl")], "binary.tw-pddl cannot be read as text (UnicodeDecodeError)"),
+            (["play", str(tmp_path / "nope.tw-pddl"), "--max-steps", "0"], "--max-steps must be >= 1")):
+        err = _cli_error(argv, capsys)
+        assert message in err and "Traceback" not in err, (argv, err)
+    assert afile.read_text() == "keep me" and not (tmp_path / "g").exists()

@@ -179,3 +179,12 @@ def test_cli_refuses_a_broken_model_before_any_work(tmp_path):
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("\n") == 1 and "has no config.json" in out.stderr and str(empty) in out.stderr
     assert not run.exists() and not games.exists()
+
+
+@pytest.mark.parametrize("item", ["lr=[", "rho: 0.2"])
+def test_bad_override_is_one_line(item):
+    from training.config import ConfigError, parse_overrides
+
+    with pytest.raises(ConfigError, match="override") as err:
+        parse_overrides([item])
+    assert "\n" not in str(err.value) and item in str(err.value)

@@ -125,3 +125,48 @@ def test_config_env_is_a_registered_environment_with_a_runtime(env, message):
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         make_config({"env": env})
+
+
+@pytest.fixture
+def no_evaluation(monkeypatch):
+    """Fail a test that reaches the evaluation: its errors must come before any work."""
+    import training.evaluate
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the evaluation ran")
+
+    monkeypatch.setattr(training.evaluate, "evaluate", refuse)
+    monkeypatch.setattr("training.policy.Policy", refuse)
+
+
+def test_out_file_that_cannot_be_written_exits_2_before_evaluating(tmp_path, no_evaluation, capsys):
+    (tmp_path / "res" / "eval.json").mkdir(parents=True)
+    (tmp_path / "afile").write_text("keep me")
+    for target, message in ((tmp_path / "res", "eval.json is a folder, not a file"),  # res/eval.json is a folder
+                            (tmp_path / "afile" / "x.json", "afile is a file, not a folder")):
+        assert main(["--ckpt", "tiny", "--out-file", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --out-file:") and message in err and err.count("\n") == 1
+    assert (tmp_path / "afile").read_text() == "keep me"
+
+
+def test_out_file_naming_a_folder_writes_into_it(tmp_path, tiny_overrides, capsys):
+    folder = tmp_path / "results.json"  # a folder, whatever its name
+    folder.mkdir()
+    assert main(["--ckpt", "tiny", "--tasks", "1", "--out-file", str(folder), *tiny_overrides]) == 0
+    assert json.loads((folder / "eval.json").read_text())["n"] == 1
+    assert f"written to {folder / 'eval.json'}" in capsys.readouterr().out
+
+
+def test_malformed_yaml_exits_2_in_one_line(tmp_path, no_evaluation, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1, 2\nb: {\n")
+    assert main(["--ckpt", "tiny", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --config:") and str(bad) in err and err.count("\n") == 1
+    assert main(["--ckpt", "tiny", "lr=["]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: override 'lr=['") and err.count("\n") == 1
+    proc = subprocess.run([sys.executable, "-m", "training.evaluate", "--ckpt", "tiny", "--config", str(bad)],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -38,7 +38,8 @@ progress; else ``ambiguous``. Progress: the step reaches a world state (the engi
 ``checked`` bookkeeping of look/examine/inventory) not seen earlier in the episode. The reward
 is 1 on success else 0; the trainer subtracts its invalid-action penalty (``InvalidPenalty``).
 
-Commands::
+Commands (a bad flag, an ``--out`` that is a file, a game file that is a folder or not text: one
+``error:`` line and exit status 2, before any work)::
 
     python -m training.envs.alfworld generate --out DIR --n 200 --seed 0 [--split train]
     python -m training.envs.alfworld play GAMEFILE [--actions "a; b; ..."]
@@ -51,7 +52,9 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
+from ocsd.cli import output_folder, positive_int
 from ocsd.environments.alfworld import ALFWORLD
 from training.envs.alfworld_batch import AlfworldBatchEnv
 from training.envs.alfworld_engine import AlfworldDataError
@@ -91,10 +94,31 @@ class InvalidPenalty:
         return float(success_reward) - self.coef * int(n_invalid)
 
 
+def _task_types(text: str) -> tuple[str, ...]:
+    """``--task-types``: comma-separated short task types, each known."""
+    types = tuple(t.strip() for t in text.split(","))
+    unknown = [t for t in types if t not in SHORT_TASK_TYPES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown task type(s) {unknown}; known: {','.join(SHORT_TASK_TYPES)}")
+    return types
+
+
+def _game_file(text: str) -> str:
+    """``GAMEFILE``: not a folder, and text (a missing file is reported when it is read)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a folder; give a .tw-pddl game file")
+    if path.is_file():
+        try:
+            path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError) as exc:
+            raise argparse.ArgumentTypeError(f"game file {path} cannot be read as text ({type(exc).__name__})")
+    return text
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    types = tuple(args.task_types.split(",")) if args.task_types else None
-    specs = generate_games(args.out, args.n, seed=args.seed, split=args.split, task_types=types,
+    specs = generate_games(args.out, args.n, seed=args.seed, split=args.split, task_types=args.task_types,
                            command_style=args.command_style)
     dt = time.perf_counter() - t0
     counts = {t: sum(s.task_type == t for s in specs) for t in SHORT_TASK_TYPES}
@@ -133,17 +157,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.envs.alfworld", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="generate solvable .tw-pddl games")
-    g.add_argument("--out", required=True, help="output folder (games go to OUT/json_2.1.1/SPLIT/...)")
-    g.add_argument("--n", type=int, default=200, help="number of games")
+    g.add_argument("--out", required=True, type=output_folder,
+                   help="output folder (games go to OUT/json_2.1.1/SPLIT/...)")
+    g.add_argument("--n", type=positive_int("--n"), default=200, help="number of games")
     g.add_argument("--seed", type=int, default=0, help="generator seed")
     g.add_argument("--split", default="train", choices=tuple(SPLITS), help="split to write")
-    g.add_argument("--task-types", default=None, help="comma-separated subset of " + ",".join(SHORT_TASK_TYPES))
+    g.add_argument("--task-types", type=_task_types, default=None,
+                   help="comma-separated subset of " + ",".join(SHORT_TASK_TYPES))
     g.add_argument("--command-style", default="put", choices=("put", "move"),
                    help="'put X in/on Y' as the release's games (default) or alfworld 0.4.2's 'move X to Y'")
     p = sub.add_parser("play", help="play a game file and print the labelled transcript")
-    p.add_argument("gamefile")
+    p.add_argument("gamefile", type=_game_file)
     p.add_argument("--actions", default=None, help='"a; b; ..." (default: the planner walkthrough)')
-    p.add_argument("--max-steps", type=int, default=ALFWORLD.max_steps)
+    p.add_argument("--max-steps", type=positive_int("--max-steps"), default=ALFWORLD.max_steps)
     ls = sub.add_parser("list", help="list the solvable games of a data folder")
     ls.add_argument("--data", default=None, help="data folder (default $ALFWORLD_DATA)")
     ls.add_argument("--split", default=None)

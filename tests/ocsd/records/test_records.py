@@ -13,11 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from ocsd.records import (
+    CHECKPOINT_COLUMN,
     STEP_COLUMNS,
     TOKEN_COLUMNS,
     IncompleteCheckpointError,
     RecordError,
     RunWriter,
+    checkpoint_id,
     read_metrics,
     read_replay,
     read_run_info,
@@ -165,6 +167,11 @@ CORRUPTIONS = {
     "scored_without_tokens": (lambda d: _rewrite(d / "tokens.parquet", lambda t: t.slice(0, 0)),
                               r"step\(s\) marked scored have no token rows"),
     "not_parquet": (lambda d: (d / "steps.parquet").write_bytes(b"garbage"), r"cannot be read as parquet"),
+    "views_string": (lambda d: (d / "meta.json").write_text(json.dumps({**meta(), "views": "full"})),
+                     r"meta.json: key 'views' is \"full\", expected a list of view names"),
+    "global_step_string": (lambda d: (d / "meta.json").write_text(json.dumps({**meta(), "global_step": "one"})),
+                           r"meta.json: key 'global_step' is \"one\", expected an integer >= 0"),
+    "meta_not_text": (lambda d: (d / "meta.json").write_bytes(b"\xff\xfe\x00"), r"meta.json: not valid JSON"),
 }
 
 
@@ -235,10 +242,14 @@ def test_cli_main_in_process(ckpt, tmp_path, capsys):
 
 
 def test_public_names_come_from_their_modules():
-    import ocsd.records
-    from ocsd.records import checkpoint, run, schema, validation
+    import importlib
+    import pkgutil
 
-    homes = {name: module for module in (schema, validation, checkpoint, run) for name in module.__all__}
+    import ocsd.records
+
+    modules = [importlib.import_module(f"ocsd.records.{m.name}") for m in pkgutil.iter_modules(ocsd.records.__path__)
+               if not m.name.startswith("_")]
+    homes = {name: module for module in modules for name in getattr(module, "__all__", ())}
     for name in ocsd.records.__all__:
         assert getattr(ocsd.records, name) is getattr(homes[name], name), name
     assert ocsd.records.TOKEN_COLUMNS.keys() >= {f"logp_{v}" for v in ocsd.records.RECORDED_VIEWS}
@@ -259,3 +270,73 @@ def test_run_info_must_be_an_object(tmp_path):
     (tmp_path / "run.json").write_text("[]")
     with pytest.raises(RecordError, match="not a JSON object"):
         read_run_info(tmp_path)
+
+
+def test_writer_refuses_meta_of_the_wrong_type(ckpt):
+    steps, tokens = make_tables(np.random.default_rng(0))
+    for bad, pattern in (({"views": "full"}, "key 'views'"), ({"global_step": "3"}, "key 'global_step'"),
+                         ({"rho": "high"}, "key 'rho'")):
+        with pytest.raises(RecordError, match=pattern):
+            write_replay(ckpt, steps, tokens, meta(**bad))
+    write_replay(ckpt, steps, tokens, meta(global_step=np.int64(3), rho=float("nan")))  # numpy and null are fine
+
+
+def _two_runs(tmp_path):
+    """Two runs whose checkpoints share the global step and every trajectory id."""
+    folders = []
+    for name, seed in (("a", 0), ("b", 1)):
+        steps, tokens = make_tables(np.random.default_rng(seed), n_traj=4)
+        folders.append(write_replay(tmp_path / name / "global_step_3" / "replay", steps, tokens, meta()))
+    return folders
+
+
+@pytest.mark.parametrize("selection", ["all", "selected"])
+def test_pooled_checkpoints_with_the_same_ids_stay_apart(tmp_path, selection):
+    folders = _two_runs(tmp_path)
+    alone = [read_replay(f, steps=selection) for f in folders]
+    pooled = read_replay([f.parent for f in folders], steps=selection)
+    assert len(pooled.steps) == sum(len(a.steps) for a in alone)
+    assert len(pooled.tokens) == sum(len(a.tokens) for a in alone)
+    ids = [str(f.parent.resolve()) for f in folders]
+    assert list(pooled.steps[CHECKPOINT_COLUMN].cat.categories) == ids
+    for frame, parts in ((pooled.steps, [a.steps for a in alone]), (pooled.tokens, [a.tokens for a in alone])):
+        assert frame[CHECKPOINT_COLUMN].astype(str).value_counts().to_dict() == {i: len(p) for i, p in zip(ids, parts)}
+    assert checkpoint_id(folders[0]) == checkpoint_id(folders[0].parent) == ids[0]
+
+
+def test_a_checkpoint_named_twice_is_read_once(tmp_path):
+    folder = _two_runs(tmp_path)[0]
+    once = read_replay(folder)
+    with pytest.warns(UserWarning, match="named more than once"):
+        twice = read_replay([folder, folder.parent, tmp_path / "a"])
+    assert len(twice.steps) == len(once.steps) and len(twice.tokens) == len(once.tokens)
+    assert twice.global_steps == [3]
+
+
+def test_metrics_steps_must_be_integers_once_each_in_order(tmp_path):
+    run = RunWriter(tmp_path)
+    run.write_run_json({"run": "demo", "method": "ocsd"})
+    steps, tokens = make_tables(np.random.default_rng(0), global_step=1)
+    write_replay(run.replay_dir(1), steps, tokens, meta(1))
+    for step in (1, 2, 1, 2):  # two writers in one folder
+        run.append_metrics({"step": step, "reward_mean": 0.5})
+    repeats = r"metrics.jsonl: field 'step' repeats step\(s\) \[1, 2\] \(lines \[1, 2, 3, 4\]\)"
+    with pytest.warns(UserWarning, match=repeats):
+        assert len(read_metrics(tmp_path)) == 4
+    assert any("field 'step' repeats" in p for p in validate_path(tmp_path))
+    (tmp_path / "metrics.jsonl").write_text('{"step": 2}\n{"step": 1}\n')
+    assert any("field 'step' goes back from 2 to 1 at line 2" in p for p in validate_path(tmp_path))
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": "one"}\n{"step": 3}\n')
+    with pytest.raises(RecordError, match="line 2: field 'step' is \"one\", expected an integer"):
+        read_metrics(tmp_path)
+    assert any("field 'step'" in p for p in validate_path(tmp_path))
+
+
+def test_cli_validate_reports_meta_types_and_repeated_steps(ckpt, tmp_path, capsys):
+    from ocsd.records.__main__ import main
+
+    (ckpt / "meta.json").write_text(json.dumps({**meta(), "views": "full", "global_step": "one"}))
+    (ckpt.parents[1] / "metrics.jsonl").write_text('{"step": 3}\n{"step": 3}\n')
+    assert main(["validate", str(ckpt.parents[1])]) == 1
+    out = capsys.readouterr().out
+    assert "key 'views'" in out and "key 'global_step'" in out and "field 'step' repeats" in out
