@@ -7,6 +7,8 @@ through them as well.
 
 from __future__ import annotations
 
+import textwrap
+
 import math
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -52,8 +54,9 @@ def number(value) -> float:
 
 
 def bar_chart(ax, labels: Sequence[str], values, lows, highs, *, color="#4C72B0", ylabel: str = "",
-              baseline: float | None = None, gid: str | None = None) -> None:
-    """Bars with interval whiskers on ``ax``; a missing value (None, nan) is drawn as ``n/a``.
+              baseline: float | None = None, gid: str | None = None, note: str | None = None) -> None:
+    """Bars with interval whiskers on ``ax``; a missing value (None, nan) is drawn as ``n/a`` inside the
+    panel, and a panel without any value says why (``note``) in its middle.
 
     Parameters
     ----------
@@ -68,6 +71,8 @@ def bar_chart(ax, labels: Sequence[str], values, lows, highs, *, color="#4C72B0"
         A dashed reference line (0.5 for AUROC, 0 for a difference).
     gid : str, optional
         Set on the axes and the bar container, so tests can find the drawn values.
+    note : str, optional
+        Why the values are missing, written inside the panel when none is finite.
     """
     values = np.array([number(v) for v in values])
     lows = np.array([number(v) for v in lows])
@@ -77,9 +82,13 @@ def bar_chart(ax, labels: Sequence[str], values, lows, highs, *, color="#4C72B0"
     # whiskers centred on the interval, not the bar: a percentile interval need not contain the estimate
     ax.errorbar(x, np.nan_to_num((lows + highs) / 2), yerr=np.nan_to_num(np.abs(highs - lows) / 2), fmt="none",
                 ecolor="black", elinewidth=0.8, capsize=3)
+    at_bottom = ax.get_xaxis_transform()  # x in data, y in axes units: the label stays inside the panel
     for xi, v in zip(x, values):
         if not np.isfinite(v):
-            ax.text(xi, 0, "n/a", ha="center", va="bottom", fontsize=7, color="grey")
+            ax.text(xi, 0.02, "n/a", transform=at_bottom, ha="center", va="bottom", fontsize=7, color="grey")
+    if note and not np.isfinite(values).any():
+        ax.text(0.5, 0.75, textwrap.fill(note, 28), transform=ax.transAxes, ha="center", va="center", fontsize=7,
+                color="dimgrey", bbox={"facecolor": "white", "edgecolor": "none"}, gid=f"{gid}-note" if gid else None)
     ax.set_xticks(x, labels, rotation=30 if len(labels) > 3 else 0, ha="right" if len(labels) > 3 else "center",
                   fontsize=8)
     if baseline is not None:

@@ -114,29 +114,38 @@ class BarPanel:
     color: object
     ylabel: str
     baseline: float | None = None
+    note: str | None = None
 
 
-def _panel(entries: Mapping[str, dict], labels, key: str, color, ylabel: str, baseline=None) -> BarPanel:
+def _panel(entries: Mapping[str, dict], labels, key: str, color, ylabel: str, baseline=None,
+           note: str | None = None) -> BarPanel:
     return BarPanel(tuple(labels), tuple(v[key] for v in entries.values()),
                     tuple(v["ci_low"] for v in entries.values()), tuple(v["ci_high"] for v in entries.values()),
-                    color, ylabel, baseline)
+                    color, ylabel, baseline, note)
+
+
+def _auroc_note(auroc: dict) -> str:
+    return (f"undefined: {auroc.get('n_valid', 0)} valid and {auroc.get('n_invalid', 0)} invalid labelled steps "
+            f"(AUROC needs both)")
 
 
 def bar_panels(report: dict) -> dict[str, BarPanel]:
     """The bar panels (b), (c), (d) of a report: ``{"dratio", "auroc", "delta"}`` -> :class:`BarPanel`."""
     cats, sig, rob = report["dratio"]["categories"], report["auroc"]["signals"], report["robustness"]
     return {
-        "dratio": _panel(cats, [k.replace("_", " ").capitalize() for k in cats], "mean", "#DD8452", "D ratio"),
+        "dratio": _panel(cats, [k.replace("_", " ").capitalize() for k in cats], "mean", "#DD8452", "D ratio",
+                         note="undefined: no words with a residual"),
         "auroc": _panel(sig, [AUROC_LABELS.get(k, k) for k in sig], "auroc",
-                        ["#8C8C8C", "#4C72B0", "#C44E52"][: len(sig)], "AUROC", 0.5),
+                        ["#8C8C8C", "#4C72B0", "#C44E52"][: len(sig)], "AUROC", 0.5, _auroc_note(report["auroc"])),
         "delta": _panel(rob, [DELTA_LABELS.get(k, k) for k in rob], "delta",
-                        ["#55A868"] * 3 + ["#8172B3"] * (len(rob) - 3), r"$\Delta$AUROC", 0.0),
+                        ["#55A868"] * 3 + ["#8172B3"] * (len(rob) - 3), r"$\Delta$AUROC", 0.0,
+                        "undefined: every setting needs valid and invalid steps"),
     }
 
 
 def _draw_panel(ax, gid: str, panel: BarPanel) -> None:
     bar_chart(ax, panel.labels, panel.values, panel.lows, panel.highs, color=panel.color, ylabel=panel.ylabel,
-              baseline=panel.baseline, gid=gid)
+              baseline=panel.baseline, gid=gid, note=panel.note)
     if gid == "auroc":
         finite = [number(v) for v in panel.lows if np.isfinite(number(v))]
         ax.set_ylim(min([0.4, *finite]) - 0.02, None)

@@ -130,13 +130,20 @@ def emit(as_json: bool, result: dict, table: str) -> None:
     sys.stdout.flush()
 
 
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    """A warning as one line ``warning: <message>`` (no source line): what a user of a command reads."""
+    return f"warning: {message}\n"
+
+
 def run_main(body: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None, *,
              errors: tuple[type[BaseException], ...] = (), prog: str | None = None) -> int:
     """Run a command body: :class:`UsageError`, the record errors, missing files and ``errors`` exit 2
-    with ``error: ...``; :class:`SkipCommand` exits 1 with ``<prog>: skipped: ...``."""
+    with ``error: ...``; :class:`SkipCommand` exits 1 with ``<prog>: skipped: ...``. Warnings are printed
+    as one line each, ``warning: ...``."""
     from ocsd.records import RecordError
 
     warnings.simplefilter("default")
+    warnings.formatwarning = _warning_line
     try:
         return body(argv)
     except SkipCommand as exc:

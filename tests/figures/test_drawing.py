@@ -74,3 +74,18 @@ def test_bar_chart_whiskers_span_an_interval_that_misses_the_value():
     assert heights == pytest.approx([0.8, 0.2])
     assert lows == pytest.approx([0.5, 0.3]) and highs == pytest.approx([0.7, 0.4])
     plt.close(fig)
+
+
+def test_panel_without_values_says_why_inside_the_axes():
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(3, 3))
+    bar_chart(ax, ["Ablated", "Full", "Residual"], [None] * 3, [None] * 3, [None] * 3, baseline=0.5, gid="auroc",
+              note="undefined: 0 valid and 8 invalid labelled steps")
+    ax.set_ylim(0.38, None)  # as Fig. 2 does: a y range that excludes 0
+    fig.canvas.draw()
+    box = ax.get_window_extent()
+    texts = {t.get_text(): t.get_window_extent() for t in ax.texts}
+    assert "n/a" in texts and any(k.startswith("undefined: 0 valid") for k in (t.replace("\n", " ") for t in texts))
+    for extent in texts.values():  # every label inside the panel: nothing drawn outside it, no blank area
+        assert box.x0 <= extent.x0 and extent.x1 <= box.x1 and box.y0 <= extent.y0 and extent.y1 <= box.y1
+    plt.close(fig)

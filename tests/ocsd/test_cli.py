@@ -88,3 +88,11 @@ def test_folder_and_seed_types(tmp_path):
         with pytest.raises(argparse.ArgumentTypeError, match="--seed must be an integer >= 0"):
             seed(bad)
     assert folder_problem("").startswith("empty")
+
+
+def test_run_main_prints_warnings_as_one_line():
+    import warnings
+
+    assert run_main(lambda argv: 0, []) == 0
+    assert warnings.formatwarning("few steps in run/global_step_1", UserWarning, "x.py", 3) == \
+        "warning: few steps in run/global_step_1\n"
