@@ -6,6 +6,9 @@
 * Phase times (paper Fig. 6): the seconds of each timing phase (``time/<phase>``) are averaged
   over the training steps that carry any of the phases, a phase a step did not run counting 0 s;
   each phase's share is its percent of the phase total.
+* Evaluation with repeats (``python -m training.evaluate --repeats k``): mean success and a percentile
+  bootstrap interval over tasks, each task counted by its mean over its repeats, so the interval
+  reflects which tasks were drawn, not only the sampling noise of one episode.
 
 Pure functions over lists of metrics rows (dicts); reading the files is :mod:`ocsd.records`' job.
 """
@@ -13,13 +16,14 @@ Pure functions over lists of metrics rows (dicts); reading the files is :mod:`oc
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 
 __all__ = ["VAL_OVERALL", "VAL_PREFIX", "SeedStats", "seed_stats", "last_validation", "validation_stats",
-           "PhaseTimes", "phase_times"]
+           "PhaseTimes", "phase_times", "TaskBootstrap", "task_bootstrap"]
 
 VAL_OVERALL = "val/success_rate"
 """Metrics key of the overall validation success."""
@@ -142,3 +146,78 @@ def phase_times(rows: Sequence[Mapping], phases: Sequence[str], *, skip_steps: i
     if not timed:
         return None
     return PhaseTimes({k: float(np.mean([float(r.get(k) or 0.0) for r in timed])) for k in phases}, len(timed))
+
+
+@dataclass(frozen=True)
+class TaskBootstrap:
+    """Mean success over tasks with a percentile bootstrap interval.
+
+    Attributes
+    ----------
+    mean : float
+        Mean over tasks of each task's mean over its repeats.
+    low, high : float
+        The interval's ends: the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the
+        resampled means.
+    n_tasks, repeats : int
+        Shape of the outcomes.
+    level : float
+        Coverage of the interval.
+    n_boot : int
+        Resamples drawn.
+    """
+
+    mean: float
+    low: float
+    high: float
+    n_tasks: int
+    repeats: int
+    level: float
+    n_boot: int
+
+
+def task_bootstrap(outcomes, *, n_boot: int = 10_000, level: float = 0.95, rng=0) -> TaskBootstrap:
+    """Mean of per-task outcomes and its bootstrap interval, resampling whole tasks.
+
+    Parameters
+    ----------
+    outcomes : array-like, shape (n_tasks, repeats) or (n_tasks,)
+        One row per task, one column per repeat (1.0 success, 0.0 failure; any finite numbers work).
+    n_boot : int, default 10000
+        Resamples; resample ``b`` draws ``n_tasks`` task indices uniformly with replacement (row ``b``
+        of ``rng.integers(0, n_tasks, size=(n_boot, n_tasks))``) and averages their task means.
+    level : float, default 0.95
+        Coverage of the interval, in (0, 1).
+    rng : numpy.random.Generator or int, default 0
+        The generator, or a seed for a new one (the global random state is never touched).
+
+    Returns
+    -------
+    TaskBootstrap
+        With nan mean and ends, and a warning, when there are no tasks or no repeats.
+
+    Raises
+    ------
+    ValueError
+        ``outcomes`` is not one- or two-dimensional or holds a non-finite value, ``n_boot < 1`` or
+        ``level`` is outside (0, 1).
+    """
+    x = np.asarray(outcomes, dtype=float)
+    if x.ndim == 1:
+        x = x[:, None]
+    if x.ndim != 2:
+        raise ValueError(f"outcomes must have shape (n_tasks, repeats), got {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError("outcomes must be finite")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+        raise ValueError(f"n_boot must be an integer >= 1, got {n_boot!r}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    n_tasks, repeats = x.shape
+    if n_tasks == 0 or repeats == 0:
+        warnings.warn("task_bootstrap: no tasks or no repeats; the mean and interval are nan", stacklevel=2)
+        return TaskBootstrap(math.nan, math.nan, math.nan, n_tasks, repeats, level, n_boot)
+    per_task = x.mean(axis=1)
+    picks = np.random.default_rng(rng).integers(0, n_tasks, size=(n_boot, n_tasks))
+    low, high = np.quantile(per_task[picks].mean(axis=1), [(1 - level) / 2, (1 + level) / 2])
+    return TaskBootstrap(float(per_task.mean()), float(low), float(high), n_tasks, repeats, level, n_boot)

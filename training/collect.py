@@ -34,8 +34,8 @@ from typing import Any, Sequence
 from ocsd.cli import UsageError, positive_int
 
 BASE_MODELS = ("smollm2", "tiny")
-ROLLOUT_KEYS = ("env", "history_length", "max_prompt_length", "max_response_length", "max_steps", "temperature",
-                "top_p", "invalid_action_penalty", "rho", "beta", "train_split", "val_split", "games_dir",
+ROLLOUT_KEYS = ("env", "reward_mode", "history_length", "max_prompt_length", "max_response_length", "max_steps",
+                "temperature", "top_p", "invalid_action_penalty", "rho", "beta", "train_split", "val_split", "games_dir",
                 "n_train_games", "n_val_games", "data")
 """Keys taken from a checkpoint's ``run.json`` config (the rest are local choices: device, batching)."""
 COLLECT_SOURCE = "training.collect"
@@ -174,7 +174,7 @@ def build_config(source: ModelSource, *, config_path: str | None, overrides: Seq
     old = source.run_info.get("config") if isinstance(source.run_info.get("config"), dict) else {}
     for key in ROLLOUT_KEYS:
         if key in old and old[key] is not None:
-            if key in ("data", "games_dir") and not Path(str(old[key])).expanduser().is_dir():
+            if key in ("data", "games_dir") and old[key] != "generated" and not Path(str(old[key])).expanduser().is_dir():
                 continue
             values[key] = old[key]
     if config_path is not None:
@@ -289,7 +289,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated views to score: built-in names or module:Class "
                         "(full and ablated are always scored)")
     p.add_argument("--seed", type=int, default=None, help="seed of task sampling, rollouts and selection")
-    p.add_argument("--data", help="real ALFWorld data folder (else $ALFWORLD_DATA, else generated games)")
+    p.add_argument("--data", help="real ALFWorld data folder (else $ALFWORLD_DATA), or 'generated' for generated games")
     p.add_argument("--config", help="YAML config whose keys apply before the overrides")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="training config overrides")
     return p
@@ -330,7 +330,7 @@ def _plan(args):
     """The model source, output folder, views and config of a command line (nothing is written)."""
     from ocsd.cli import folder_problem
 
-    if args.data is not None and not Path(args.data).expanduser().is_dir():
+    if args.data not in (None, "generated") and not Path(args.data).expanduser().is_dir():
         raise UsageError(f"--data: folder {args.data!r} does not exist")
     source = resolve_model_source(args.model, flag="--model")
     out = Path(args.out) if args.out is not None else Path("checkpoints") / "collect" / source.label

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from ocsd.algorithm.advantages import REWARD_MODES
 from ocsd.algorithm.methods import METHODS
 from ocsd.cli import folder_problem
 from ocsd.environments import RuntimeNotImplemented, environment_names, get_environment
@@ -28,6 +29,14 @@ from ocsd.environments import RuntimeNotImplemented, environment_names, get_envi
 
 class ConfigError(ValueError):
     """A config file, key or value is wrong; the message names it."""
+
+
+GENERATED = "generated"
+"""The ``data`` value that asks for games generated into ``games_dir`` instead of the ALFWorld release."""
+NO_DATA = ("data: no games named: set data=DIR (or $ALFWORLD_DATA) to the real ALFWorld games, the folder holding "
+           "json_2.1.1/<split>/ that `alfworld-download` fills (~/.cache/alfworld; nothing is downloaded here), "
+           "or data=generated for games generated into games_dir")
+"""The error when neither ``data`` nor ``$ALFWORLD_DATA`` says where the games come from."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +119,8 @@ class TrainConfig:
     lora_alpha: int = _doc("LoRA alpha", 32, COUNT)
     # environment
     env: str = _doc("environment name", "alfworld")
-    data: str | None = _doc("real ALFWorld data folder (else $ALFWORLD_DATA, else generated games)", None)
+    data: str | None = _doc("where games come from: a real ALFWorld data folder (json_2.1.1 layout) or 'generated' "
+                            "(generated into games_dir); unset: $ALFWORLD_DATA, and without it no run starts", None)
     games_dir: str = _doc("where generated games are kept (created on first use)", "checkpoints/games")
     n_train_games: int = _doc("generated training games", 200, COUNT)
     n_val_games: int = _doc("generated validation games", 36, COUNT)
@@ -120,6 +130,10 @@ class TrainConfig:
     history_length: int = _doc("observation/action pairs of history in the interaction prompt", 2, NON_NEGATIVE_INT)
     env_workers: int = _doc("worker processes stepping environments (0: in this process, fastest on 2 cores)", 0,
                             NON_NEGATIVE_INT)
+    # SDAR verl/trainer/ppo/ray_trainer.py:200-217 (penalty on the step's own sample) and core_algos.py:113-174
+    reward_mode: str = _doc("'sdar': each step scores 10*won minus its own invalid-action penalty, GRPO over "
+                            "the group's step samples (SDAR's runs); 'trajectory': won minus every penalty of "
+                            "the trajectory, GRPO over trajectories", "sdar")
     invalid_action_penalty: float = _doc("reward penalty per step whose output has no well-formed action", 0.1,
                                          NON_NEGATIVE)
     # rollout
@@ -143,23 +157,39 @@ class TrainConfig:
     loss_agg_mode: str = _doc("verl loss aggregation", "token-mean")
     ppo_epochs: int = _doc("passes over each batch", 1, COUNT)
     mini_batches: int = _doc("optimizer steps per pass (the batch is split into this many)", 1, COUNT)
+    ppo_mini_batch_size: int = _doc("step rows per optimizer step, shuffled (0: split into mini_batches instead)",
+                                    0, NON_NEGATIVE_INT)
     micro_batch_tokens: int = _doc("padded tokens per forward/backward micro-batch", 16384, COUNT)
     # OCSD
     rho: float = _doc("step selection ratio rho in (0, 1]", 0.2, SHARE)
     beta: float = _doc("advantage modulation beta in [0, 1]", 0.5, PROBABILITY)
     write_replay: bool = _doc("write replay scores of selected steps at checkpoints (all methods)", True)
     scoring_token_budget: int = _doc("tokens per replay-scoring batch", 16384, COUNT)
-    # baselines (ZJU-REAL/SDAR defaults)
+    # baselines: the values of every ZJU-REAL/SDAR ALFWorld script (ocsd/algorithm/methods.py lists them)
+    # SDAR examples/rlsd_trainer/run_alfworld_qwen3.sh:56
     rlsd_lambda: float = _doc("RLSD initial lambda", 0.5, PROBABILITY)
-    rlsd_warmdown_steps: int = _doc("RLSD steps over which lambda decays to 0", 50, NON_NEGATIVE_INT)
+    # SDAR examples/rlsd_trainer/run_alfworld_qwen3.sh:57 (the code's fallback of 50 is never used)
+    rlsd_warmdown_steps: int = _doc("RLSD steps over which lambda decays to 0", 100, NON_NEGATIVE_INT)
+    # SDAR examples/rlsd_trainer/run_alfworld_qwen3.sh:58
     rlsd_clip_eps: float = _doc("RLSD weight clip range", 0.2, NON_NEGATIVE)
-    sdar_coef: float = _doc("weight of the gated distillation loss (SDAR, GRPO+OPSD)", 0.01, NON_NEGATIVE)
-    gate_beta: float = _doc("SDAR gate sharpness beta_g", 5.0, NON_NEGATIVE)
+    # SDAR examples/{opsd,grpo_opsd,sdar}_trainer/run_alfworld_qwen3.sh:7
+    sdar_coef: float = _doc("weight of the gated distillation loss (OPSD, GRPO+OPSD, SDAR)", 0.01, NON_NEGATIVE)
+    # SDAR examples/{opsd,sdar}_trainer/run_alfworld_qwen3.sh:8 (GRPO+OPSD fixes 0.0, its line 8)
+    gate_beta: float = _doc("gate sharpness beta_g of OPSD and SDAR", 5.0, NON_NEGATIVE)
     # checkpoints and validation
     save_freq: int = _doc("write a checkpoint every N steps (and at the last step)", 10, COUNT)
     save_weights: bool = _doc("save actor weights in checkpoints (needed to resume and re-score)", True)
     test_freq: int = _doc("validate every N steps (0: never)", 5, NON_NEGATIVE_INT)
     val_tasks: int = _doc("validation episodes per validation", 36, COUNT)
+    # evaluation sampling (validation and python -m training.evaluate): SDAR's val_kwargs
+    val_do_sample: bool = _doc("sample evaluation episodes (false: greedy decoding)",
+                               True)  # SDAR examples/grpo_trainer/run_alfworld_qwen3_1b.sh:55 (val_kwargs.do_sample)
+    val_temperature: float = _doc("evaluation sampling temperature", 0.4,
+                                  POSITIVE)  # SDAR examples/grpo_trainer/run_alfworld_qwen3_1b.sh:54
+    val_top_p: float = _doc("evaluation nucleus sampling", 1.0,
+                            SHARE)  # SDAR verl/trainer/config/ppo_trainer.yaml:143 (val_kwargs.top_p, not overridden)
+    val_seed: int = _doc("seed of evaluation sampling (each repeat of python -m training.evaluate has its own)", 0,
+                         Range(0, 2**63 - 1, integer=True))
     progress: bool = _doc("show progress bars", True)
 
     def __post_init__(self) -> None:
@@ -179,6 +209,9 @@ class TrainConfig:
             ("dtype", self.dtype in ("float32", "bfloat16", "float16"), "must be float32, bfloat16 or float16"),
             ("kl_type", self.kl_type in ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"),
              "must be a verl KL estimator"),
+            ("reward_mode", self.reward_mode in REWARD_MODES, f"must be one of {', '.join(REWARD_MODES)}"),
+            ("ppo_mini_batch_size", self.ppo_mini_batch_size == 0 or self.mini_batches == 1,
+             f"cannot be combined with mini_batches={self.mini_batches}; set one of them"),
             ("loss_agg_mode", self.loss_agg_mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                                                       "seq-mean-token-sum-norm"), "must be a verl aggregation"),
         ]
@@ -191,8 +224,8 @@ class TrainConfig:
         why = model_problem(self.model)
         if why is not None:
             raise ConfigError(f"model: {why}")
-        if self.data is not None and not Path(self.data).expanduser().is_dir():
-            raise ConfigError(f"data: folder {self.data!r} does not exist")
+        if self.data not in (None, GENERATED) and not Path(self.data).expanduser().is_dir():
+            raise ConfigError(f"data: folder {self.data!r} does not exist (or data=generated for generated games)")
         for name in ("run_dir", "games_dir"):
             problem = folder_problem(getattr(self, name))
             if problem:
@@ -204,10 +237,22 @@ class TrainConfig:
 
     @property
     def data_root(self) -> str | None:
-        """Real ALFWorld data: ``data``, else the user's ``$ALFWORLD_DATA``; None means generated games."""
+        """Real ALFWorld data: ``data``, else the user's ``$ALFWORLD_DATA``; None for ``data=generated``.
+
+        Raises
+        ------
+        ConfigError
+            Naming ``data`` when neither it nor ``$ALFWORLD_DATA`` is set (generated games are never a
+            silent fallback).
+        """
+        if self.data == GENERATED:
+            return None
         from training.envs.alfworld_game import user_data_folder
 
-        return self.data or user_data_folder()
+        root = self.data or user_data_folder()
+        if root is None:
+            raise ConfigError(NO_DATA)
+        return root
 
 
 def device_problem(device: str) -> str | None:
@@ -340,14 +385,20 @@ def read_config_file(path: str | os.PathLike) -> dict:
 
 
 def load_config(path: str | os.PathLike | None, overrides: Sequence[str] = ()) -> TrainConfig:
-    """Read a YAML config (or defaults when ``path`` is None) and apply ``key=value`` overrides."""
+    """Read a YAML config (or defaults when ``path`` is None) and apply ``key=value`` overrides.
+
+    The config of a run must name its games: ``data`` (a folder or ``generated``) or ``$ALFWORLD_DATA``;
+    without either this raises :class:`ConfigError` naming ``data``.
+    """
     values: dict[str, Any] = {}
     if path is not None:
         values.update(read_config_file(path))
         _check_keys(values, str(path))  # name the file when its own keys are wrong
     # values are checked once, overrides applied: a file's device=cuda may be overridden on a CPU machine
     values.update(parse_overrides(overrides))
-    return make_config(values, source="command line")
+    cfg = make_config(values, source="command line")
+    _ = cfg.data_root  # raises ConfigError(NO_DATA) when no games are named
+    return cfg
 
 
 def describe() -> str:

@@ -1,13 +1,19 @@
-"""``python -m training.evaluate --ckpt DIR [--tasks N] [--split valid_seen] [--data DIR] [--json] [--out]``
+"""``python -m training.evaluate --ckpt DIR [--tasks N] [--split valid_seen] [--data DIR] [--repeats K] [--json]``
 
-Evaluates a checkpoint or base model with the paper's protocol: one greedy trajectory per evaluation
-task, at most the environment's step cap (ALFWorld: 50), success per task type and overall. Prints a
-table, or one JSON object with ``--json``; ``--out`` writes ``eval.json`` next to the checkpoint
+Evaluates a checkpoint or base model with the paper's protocol: one episode per evaluation task, at
+most the environment's step cap (ALFWorld: 50), sampled as SDAR validates (temperature 0.4, top-p 1.0:
+the config's ``val_do_sample``, ``val_temperature``, ``val_top_p``, ``val_seed``; ``--greedy``,
+``--temperature``, ``--top-p``, ``--sample-seed`` change them), success per task type and overall.
+Every task of the split is played (SDAR validates on a seeded sample of 128); ``--repeats K`` plays each
+task K times with different sampling seeds and reports the mean success with a percentile bootstrap
+interval over tasks (:func:`diagnostics.runs.task_bootstrap`), so that two methods can be compared.
+Prints a table, or one JSON object with ``--json``; ``--out`` writes ``eval.json`` next to the checkpoint
 (``--out-file PATH``: to that ``.json`` file, or into that folder). Flags, the config and where the
 result goes are checked before the evaluation starts.
 
 Evaluation games: real games of ``--split`` from ``--data`` or ``$ALFWORLD_DATA`` (the ALFWorld release's
-``valid_seen`` has 140 solvable games), else generated validation games in ``games_dir``.
+``valid_seen`` has 140 solvable games), or generated validation games in ``games_dir`` with
+``--data generated``; with none of them the command stops.
 
 The protocol is the environment's registry entry (:mod:`ocsd.environments`: step cap, splits, metric
 names) and its runtime (evaluation tasks and metrics, :class:`training.envs.runtime.EnvironmentRuntime`);
@@ -20,21 +26,99 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 
 from ocsd.cli import UsageError, positive_int
 from ocsd.environments import EnvironmentSpec, RuntimeNotImplemented, environment_names, get_environment
 from training.collect import build_config, resolve_model_source
 
+CI_LEVEL = 0.95
+"""Coverage of the bootstrap interval over tasks."""
+BOOTSTRAP_SAMPLES = 10_000
+"""Resamples of the bootstrap interval."""
 
-def evaluate(runner, games, *, global_step: int, spec: EnvironmentSpec, runtime) -> dict:
-    """Greedy episodes on every task of ``games.valid``; the runtime's metrics plus wall time.
+
+@dataclass(frozen=True)
+class EvalSampling:
+    """How evaluation episodes are decoded (the config's ``val_*`` keys).
+
+    Attributes
+    ----------
+    do_sample : bool
+        Sample (False: greedy decoding; temperature and top-p are then unused).
+    temperature, top_p : float
+    seed : int
+        Repeat ``r`` seeds torch's generator from ``numpy.random.default_rng([seed, r])``.
+    """
+
+    do_sample: bool = True
+    temperature: float = 0.4
+    top_p: float = 1.0
+    seed: int = 0
+
+    @classmethod
+    def from_config(cls, cfg) -> "EvalSampling":
+        """The sampling settings of a :class:`training.config.TrainConfig`."""
+        return cls(cfg.val_do_sample, cfg.val_temperature, cfg.val_top_p, cfg.val_seed)
+
+    def generation(self, cfg):
+        """:class:`training.rollout.GenerationSettings` for ``cfg``'s response length and batch."""
+        from training.rollout import GenerationSettings
+
+        return GenerationSettings(max_new_tokens=cfg.max_response_length, temperature=self.temperature,
+                                  top_p=self.top_p, do_sample=self.do_sample, batch=cfg.generation_batch)
+
+    def torch_seed(self, repeat: int) -> int:
+        """The torch seed of repeat ``repeat`` (distinct repeats, distinct streams)."""
+        return int(np.random.default_rng([self.seed, repeat]).integers(2**31))
+
+    def describe(self) -> dict:
+        """The JSON fields of an evaluation result (``greedy`` is ``not do_sample``)."""
+        return {"greedy": not self.do_sample, "do_sample": self.do_sample, "temperature": self.temperature,
+                "top_p": self.top_p, "sample_seed": self.seed}
+
+    def __str__(self) -> str:
+        if not self.do_sample:
+            return "greedy"
+        return f"sampled at temperature {self.temperature:g}, top-p {self.top_p:g}, seed {self.seed}"
+
+
+def evaluation_episodes(policy, specs, sampling: EvalSampling, *, repeat: int = 0, step: int = 0,
+                        desc: str = "evaluation") -> list:
+    """One episode per task of ``specs``, decoded with ``sampling``, in the order of ``specs``.
+
+    Parameters
+    ----------
+    policy : training.policy.Policy
+        Its model, tokenizer, renderer, config and task source (``make_env``).
+    specs : sequence of tasks
+    sampling : EvalSampling
+    repeat : int, default 0
+        Which repeat this is (chooses the sampling seed).
+    step : int, default 0
+        The checkpoint's or training step (names the episodes, seeds the environments).
+    desc : str
+        Progress-bar label.
+    """
+    import torch
+
+    torch.manual_seed(sampling.torch_seed(repeat))
+    tasks = [{"uid": f"s{step}_t{i}_r{repeat}", "group_uid": f"s{step}_t{i}"} for i in range(len(specs))]
+    return policy.play(specs, tasks, sampling.generation(policy.cfg), env_seed=step, desc=desc)
+
+
+def evaluate(runner, games, *, global_step: int, spec: EnvironmentSpec, runtime, sampling: EvalSampling | None = None,
+             repeats: int = 1) -> dict:
+    """``repeats`` episodes on every task of ``games.valid``; the runtime's metrics, the bootstrap interval
+    over tasks and wall time.
 
     Parameters
     ----------
     runner : training.policy.Policy
-        Collects the episodes (``runner.collect``).
+        Plays the episodes (:func:`evaluation_episodes`).
     games : task source
         Its ``valid`` list holds the evaluation tasks.
     global_step : int
@@ -42,32 +126,55 @@ def evaluate(runner, games, *, global_step: int, spec: EnvironmentSpec, runtime)
     spec : EnvironmentSpec
         The environment; its evaluation protocol names the metrics the result must have.
     runtime : training.envs.runtime.EnvironmentRuntime
-        The environment's runtime, whose ``metrics`` summarise the episodes.
+        The environment's runtime, whose ``metrics`` summarise the episodes (of all repeats).
+    sampling : EvalSampling, optional
+        Default: the runner's config's.
+    repeats : int, default 1
+        Episodes per task, repeat ``r`` with its own sampling seed.
+
+    Returns
+    -------
+    dict
+        The runtime's metrics over all ``tasks x repeats`` episodes, plus ``tasks``, ``repeats``,
+        ``ci_low``, ``ci_high``, ``ci_level`` (the bootstrap interval of the mean success over tasks)
+        and ``time_s``.
 
     Raises
     ------
     ValueError
         If the runtime's metrics lack one of the protocol's metric names.
     """
+    from diagnostics.runs import task_bootstrap
+
+    sampling = sampling or EvalSampling.from_config(runner.cfg)
     start = time.perf_counter()
-    trajs = runner.collect(global_step, list(games.valid), train=False, desc="evaluation")
-    out = runtime.metrics(trajs)
+    specs = list(games.valid)
+    runs = [evaluation_episodes(runner, specs, sampling, repeat=r, step=global_step,
+                                desc="evaluation" if repeats == 1 else f"evaluation {r + 1}/{repeats}")
+            for r in range(repeats)]
+    out = runtime.metrics([t for run in runs for t in run])
     missing = [m for m in spec.evaluation.metrics if m not in out]
     if missing:
         raise ValueError(f"environment {spec.name!r}: the runtime's metrics lack {missing}")
-    out["time_s"] = time.perf_counter() - start
+    won = np.array([[float(bool(t.won)) for t in run] for run in runs]).T  # (tasks, repeats)
+    ci = task_bootstrap(won, n_boot=BOOTSTRAP_SAMPLES, level=CI_LEVEL, rng=sampling.seed)
+    out.update(tasks=len(specs), repeats=repeats, ci_low=ci.low, ci_high=ci.high, ci_level=CI_LEVEL,
+               time_s=time.perf_counter() - start)
     return out
 
 
 def format_table(result: dict) -> str:
-    """Success per task type and overall as an aligned text table."""
+    """Success per task type and overall as an aligned text table, with the sampling and the interval."""
     rows = [(name, row["n"], row["successes"], row["success_rate"]) for name, row in result["per_type"].items()]
     rows.append(("overall", result["n"], result["successes"], result["success_rate"]))
     width = max(len("task type"), *(len(r[0]) for r in rows))
+    sampling = EvalSampling(result["do_sample"], result["temperature"], result["top_p"], result["sample_seed"])
     lines = [f"{result['model']} (global step {result['global_step']}), {result['env']} {result['tasks_from']}, "
-             f"greedy, at most {result['max_steps']} steps",
-             f"{'task type':<{width}}  {'tasks':>5}  {'won':>5}  {'success':>7}"]
+             f"{sampling}, at most {result['max_steps']} steps, {result['repeats']} episode(s) per task",
+             f"{'task type':<{width}}  {'runs':>5}  {'won':>5}  {'success':>7}"]
     lines += [f"{name:<{width}}  {n:>5}  {won:>5}  {rate:>7.3f}" for name, n, won, rate in rows]
+    lines.append(f"{result['ci_level']:.0%} bootstrap interval over {result['tasks']} tasks: "
+                 f"[{result['ci_low']:.3f}, {result['ci_high']:.3f}]")
     return "\n".join(lines)
 
 
@@ -100,9 +207,16 @@ def _parser() -> argparse.ArgumentParser:
                         "Face folder, 'smollm2' or 'tiny'")
     p.add_argument("--env", default="alfworld", choices=environment_names(), help="environment (default alfworld)")
     p.add_argument("--tasks", type=positive_int("--tasks"), default=None,
-                   help="evaluate the first N tasks (default: all of the split; generated: n_val_games)")
+                   help="evaluate the first N tasks (default: every task of the split; generated: n_val_games)")
     p.add_argument("--split", default=None, help="evaluation split (ALFWorld: valid_seen or valid_unseen)")
-    p.add_argument("--data", help="real data folder (else $ALFWORLD_DATA, else generated games)")
+    p.add_argument("--data", help="real ALFWorld data folder (else $ALFWORLD_DATA), or 'generated' for generated "
+                                  "validation games")
+    p.add_argument("--repeats", type=positive_int("--repeats"), default=1,
+                   help="episodes per task, each repeat with its own sampling seed (default 1: the paper's protocol)")
+    p.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling (val_do_sample=false)")
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (val_temperature; SDAR 0.4)")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling (val_top_p; SDAR 1.0)")
+    p.add_argument("--sample-seed", type=int, default=None, help="seed of the sampling (val_seed)")
     p.add_argument("--seed", type=int, default=None, help="seed (tiny model weights, generated games)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--out", action="store_true", help="write eval.json next to the checkpoint (global_step_N/)")
@@ -114,7 +228,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from training.config import ConfigError, parse_overrides
+    from training.config import GENERATED, ConfigError, parse_overrides
 
     try:
         spec = get_environment(args.env)
@@ -125,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         splits = spec.evaluation.splits
         if args.split is not None and args.split not in splits:
             raise UsageError(f"--split: {args.split!r} is not one of {', '.join(splits)}")
-        if args.data is not None and not Path(args.data).expanduser().is_dir():
-            raise UsageError(f"--data: folder {args.data!r} does not exist")
+        if args.data not in (None, GENERATED) and not Path(args.data).expanduser().is_dir():
+            raise UsageError(f"--data: folder {args.data!r} does not exist (or --data generated)")
         source = resolve_model_source(args.ckpt, flag="--ckpt")
         out = _out_path(args.out, args.out_file, source.checkpoint)
         problem = _out_problem(out) if out is not None else None
@@ -134,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"{'--out-file' if args.out_file else '--out'}: {problem}")
         overrides = parse_overrides(args.overrides)
         flags = dict(env=args.env, data=args.data, seed=args.seed, group_size=1,
-                     max_steps=None if "max_steps" in overrides else spec.max_steps)
+                     max_steps=None if "max_steps" in overrides else spec.max_steps,
+                     val_do_sample=False if args.greedy else None, val_temperature=args.temperature,
+                     val_top_p=args.top_p, val_seed=args.sample_seed)
         if args.tasks is not None:
             flags["n_val_games"] = args.tasks
         cfg = build_config(source, config_path=args.config, overrides=args.overrides, flags=flags)
@@ -153,10 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     from training.policy import Policy
 
     runner = Policy(cfg, games)
-    metrics = evaluate(runner, games, global_step=source.global_step, spec=spec, runtime=runtime)
+    sampling = EvalSampling.from_config(cfg)
+    metrics = evaluate(runner, games, global_step=source.global_step, spec=spec, runtime=runtime, sampling=sampling,
+                       repeats=args.repeats)
     result = {"model": source.spec, "checkpoint": str(source.checkpoint) if source.checkpoint else None,
               "global_step": source.global_step, "env": cfg.env, "tasks_from": origin, "split": args.split,
-              "max_steps": cfg.max_steps, "max_response_length": cfg.max_response_length, "greedy": True,
+              "max_steps": cfg.max_steps, "max_response_length": cfg.max_response_length, **sampling.describe(),
               **metrics}
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """One batch from tasks to replay records: the pipeline a training step and a collection share.
 
 1. :func:`collect_batch`: B tasks x G rollouts (``time/rollout``), then :func:`batch_statistics`:
-   rewards with the invalid-action penalty, GRPO advantages per group, old-policy log-probs
+   step rewards and GRPO advantages under the config's ``reward_mode``
+   (:func:`ocsd.algorithm.advantages.protocol_advantages`), old-policy log-probs
    (``time/old_logprob``), step NLL and the step selection of paper Algorithm 1;
 2. :func:`score_selected`: replay scores of the selected steps under the given views
    (``time/replay_scoring``, split into ``time/replay_render`` and ``time/replay_forward``);
@@ -21,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ocsd.algorithm.advantages import grpo_advantage
+from ocsd.algorithm.advantages import protocol_advantages
 from ocsd.algorithm.signals import select_steps, step_nll
 from training.config import TrainConfig
 from training.policy import Policy, timed
@@ -36,8 +37,9 @@ class BatchStatistics:
     keys: list[StepKey]
     pairs: list[tuple[list[int], list[int]]]
     traj_of_row: np.ndarray
-    rewards: np.ndarray  # (N,) terminal reward per trajectory
-    advantages: np.ndarray  # (N,) GRPO advantage per trajectory
+    rewards: np.ndarray  # (S,) reward of each step sample under the reward mode
+    advantages: np.ndarray  # (S,) GRPO advantage of each step (equal within a trajectory in mode "trajectory")
+    returns: np.ndarray  # (N,) per trajectory: success reward minus the penalties of all its steps
     old_logp: torch.Tensor  # (S, T)
     mask: torch.Tensor  # (S, T)
     nll: torch.Tensor  # (S,)
@@ -59,8 +61,8 @@ class BatchStatistics:
 
 def batch_statistics(policy: Policy, trajs: list[Trajectory], step: int, *, selection: str, rho: float,
                      timings: dict[str, float]) -> BatchStatistics:
-    """Rewards (with the invalid-action penalty), GRPO advantages per group, old-policy log-probs
-    (``time/old_logprob``), step NLL and the step selection.
+    """Step rewards and GRPO advantages under ``policy.cfg.reward_mode`` (with the invalid-action
+    penalty), old-policy log-probs (``time/old_logprob``), step NLL and the step selection.
 
     Parameters
     ----------
@@ -78,18 +80,22 @@ def batch_statistics(policy: Policy, trajs: list[Trajectory], step: int, *, sele
     """
     keys = [(t, s.step_idx) for t, traj in enumerate(trajs) for s in traj.steps]
     pairs = [(trajs[t].steps[k].prompt_ids, trajs[t].steps[k].response_ids) for t, k in keys]
-    traj_of_row = np.array([t for t, _ in keys])
-    rewards = np.array([tr.reward(policy.cfg.invalid_action_penalty) for tr in trajs])
+    traj_of_row = np.array([t for t, _ in keys], dtype=np.int64)
     groups = torch.tensor([int(tr.group_uid.split("_t")[-1]) for tr in trajs])
     with timed(timings, "time/advantage"):
-        advantages = grpo_advantage(torch.from_numpy(rewards), groups).numpy()
+        protocol = protocol_advantages(
+            torch.tensor([tr.won for tr in trajs], dtype=torch.bool),
+            torch.tensor([not trajs[t].steps[k].well_formed for t, k in keys], dtype=torch.bool),
+            torch.from_numpy(traj_of_row), groups, mode=policy.cfg.reward_mode,
+            invalid_penalty=policy.cfg.invalid_action_penalty)
     with timed(timings, "time/old_logprob"):
         old_logp, mask = policy.logprobs(pairs)
     with timed(timings, "time/advantage"):
         nll = step_nll(old_logp.double(), mask)
         selected = select_steps(nll, torch.from_numpy(traj_of_row), rho, mode=selection,
                                 generator=policy.rng(step, 3))
-    return BatchStatistics(keys, pairs, traj_of_row, rewards, advantages, old_logp, mask, nll, selected)
+    return BatchStatistics(keys, pairs, traj_of_row, protocol.rewards.numpy(), protocol.advantages.numpy(),
+                           protocol.returns.numpy(), old_logp, mask, nll, selected)
 
 
 def collect_batch(policy: Policy, step: int, *, selection: str, rho: float, timings: dict[str, float],
@@ -120,10 +126,22 @@ def score_selected(policy: Policy, trajs: Sequence[Trajectory], stats: BatchStat
 def record_tables(trajs: Sequence[Trajectory], stats: BatchStatistics, scores: ReplayScores, views: Sequence[str],
                   *, global_step: int, tokenizer) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The ``steps`` and ``tokens`` tables of a checkpoint: every step of the batch, with token rows
-    for the selected steps that have every one of ``views`` (the others are written as unscored)."""
-    return replay_tables(trajs, global_step=global_step, rewards=stats.rewards, advantages=stats.advantages,
-                         nll=stats.nll_by_key(), selected=set(stats.selected_keys),
-                         scores=only_views(scores, views), tokenizer=tokenizer, views=views)
+    for the selected steps that have every one of ``views`` (the others are written as unscored).
+
+    ``reward`` and ``advantage`` are the step's own (:attr:`BatchStatistics.rewards` and
+    :attr:`BatchStatistics.advantages`), which differ within a trajectory under ``reward_mode=sdar``.
+    """
+    steps, tokens = replay_tables(trajs, global_step=global_step, rewards=stats.returns,
+                                  advantages=np.zeros(len(trajs)), nll=stats.nll_by_key(),
+                                  selected=set(stats.selected_keys), scores=only_views(scores, views),
+                                  tokenizer=tokenizer, views=views)
+    # step rows come in the batch's (trajectory, step) row order
+    expected = [(trajs[t].uid, k) for t, k in stats.keys]
+    if (list(zip(steps["traj_uid"], steps["step_idx"])) if len(steps) else []) != expected:
+        raise ValueError("the step table's rows are not in the batch's (trajectory, step) order")
+    steps["reward"] = stats.rewards.astype(np.float64)
+    steps["advantage"] = stats.advantages.astype(np.float64)
+    return steps, tokens
 
 
 def replay_meta(cfg: TrainConfig, *, global_step: int, model: str, method: str, views: Sequence[str],

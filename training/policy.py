@@ -85,15 +85,32 @@ class Policy:
         """The generator of one purpose at one step (0 tasks, 1/2 sampling, 3 selection, 4 update order)."""
         return np.random.default_rng([self.cfg.seed, step, purpose])
 
-    def collect(self, step: int, specs, *, train: bool = True, desc: str = "rollout") -> list[Trajectory]:
-        """Roll out ``specs`` (one environment each): sampled when ``train``, greedy otherwise."""
+    def collect(self, step: int, specs, *, desc: str = "rollout") -> list[Trajectory]:
+        """Roll out ``specs`` (one environment each, ``group_size`` consecutive specs a group), sampled with
+        the rollout settings."""
         cfg = self.cfg
-        torch.manual_seed(int(self.rng(step, 1 if train else 2).integers(2**31)))
+        torch.manual_seed(int(self.rng(step, 1).integers(2**31)))
         tasks = [{"uid": f"s{step}_t{i // cfg.group_size}_r{i % cfg.group_size}",
                   "group_uid": f"s{step}_t{i // cfg.group_size}"} for i in range(len(specs))]
-        settings = self.settings if train else GenerationSettings(
-            max_new_tokens=cfg.max_response_length, do_sample=False, batch=cfg.generation_batch)
-        env = self.games.make_env(specs, max_steps=cfg.max_steps, workers=cfg.env_workers, seed=step)
+        return self.play(specs, tasks, self.settings, env_seed=step, desc=desc)
+
+    def play(self, specs, tasks: list[dict], settings: GenerationSettings, *, env_seed: int,
+             desc: str = "rollout") -> list[Trajectory]:
+        """One episode per task of ``specs`` in batched environments, decoded with ``settings``.
+
+        Parameters
+        ----------
+        specs : sequence of tasks
+        tasks : list of dict
+            ``uid`` and ``group_uid`` of each episode, in the order of ``specs``.
+        settings : GenerationSettings
+        env_seed : int
+            Seed of the environments.
+        desc : str
+            Progress-bar label.
+        """
+        cfg = self.cfg
+        env = self.games.make_env(list(specs), max_steps=cfg.max_steps, workers=cfg.env_workers, seed=env_seed)
         try:
             return rollout(self.model, self.tokenizer, self.renderer, env, tasks, env_name=cfg.env,
                            history_length=cfg.history_length, max_prompt_length=cfg.max_prompt_length,

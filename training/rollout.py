@@ -59,10 +59,6 @@ class Trajectory:
         """Steps whose output had no well-formed action."""
         return sum(not s.well_formed for s in self.steps)
 
-    def reward(self, invalid_action_penalty: float) -> float:
-        """Terminal reward ``1[won] - penalty * (malformed steps)``."""
-        return float(self.won) - invalid_action_penalty * self.n_malformed
-
 
 @dataclass(frozen=True)
 class GenerationSettings:

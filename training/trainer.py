@@ -3,7 +3,8 @@
 One training step:
 
 1. sample B tasks, G rollouts each, in batched environments (``time/rollout``);
-2. terminal rewards with the invalid-action penalty, GRPO advantages per group;
+2. step rewards with the invalid-action penalty and GRPO advantages per group, under ``reward_mode``
+   (:func:`ocsd.algorithm.advantages.protocol_advantages`);
 3. old-policy log-probs of every step (``time/old_logprob``), reference log-probs for the KL loss
    (``time/ref_logprob``), step NLL and step selection (top / random / all, rho);
 4. replay scoring of the selected steps under the views the method needs (and, at checkpoints,
@@ -11,7 +12,7 @@ One training step:
    ``time/replay_render`` and ``time/replay_forward``); the privileged teacher of
    the baselines (``time/teacher_logprob``);
 5. token advantages through :func:`ocsd.algorithm.methods.token_advantages` (``time/advantage``) and the PPO
-   update with verl's losses (``time/update``);
+   update with verl's losses, one AdamW step per mini-batch of step rows (``time/update``);
 6. every ``save_freq`` steps a checkpoint: ``actor/`` (weights, optimizer, RNG state), then
    ``replay/`` with ``meta.json`` last; ``metrics.jsonl`` every step, validation every ``test_freq``.
 
@@ -46,13 +47,12 @@ from ocsd.algorithm.signals import calibration_signal
 from ocsd.environments import get_environment
 from ocsd.records import (LOCK_FILE, META_FILE, METRICS_FILE, RECORDED_VIEWS, RUN_FILE, RecordError, RunLock,
                           RunWriter, checkpoint_dirs, read_run_info, write_replay)
-from ocsd.replay.prompts import interaction_text
 from training.config import TrainConfig
 from training.pipeline import collect_batch, record_tables, replay_meta, score_selected
 from training.policy import Policy, load_policy, timed
 from training.replay import ReplayScores, StepKey
 from training.rollout import Trajectory
-from training.teachers import teacher_text
+from training.teachers import skill_prefix, teacher_prompt_ids
 from training.update import LossSettings, UpdateBatch, ppo_update
 
 REQUIRED_TIMINGS = ("time/rollout", "time/old_logprob", "time/ref_logprob", "time/replay_scoring", "time/advantage",
@@ -289,15 +289,17 @@ class Trainer:
     # -- one step -------------------------------------------------------------------------------
 
     def _teacher_logp(self, trajs: list[Trajectory], keys: list[StepKey]) -> torch.Tensor:
-        """Old-policy log-probs of every response under the privileged teacher context (baselines)."""
-        prompts = []
+        """Old-policy log-probs of every response under the privileged teacher context (baselines).
+
+        The teacher prompt is SDAR's: the skill prefix in front of the student's chat-templated rollout
+        prompt, tokenised again and cut to ``max_prompt_length`` from the left (:mod:`training.teachers`).
+        """
+        pairs = []
         for t, k in keys:
             traj, s = trajs[t], trajs[t].steps[k]
-            text = interaction_text(self.cfg.env, task=traj.task, step_idx=k, history=s.shown_history,
-                                    current_obs=s.obs,
-                                    admissible_actions=s.admissible)
-            prompts.append(self.renderer.render_ids(teacher_text(self.cfg.env, traj.task_type, text)))
-        pairs = [(p, trajs[t].steps[k].response_ids) for p, (t, k) in zip(prompts, keys)]
+            prompt = teacher_prompt_ids(self.tokenizer, s.prompt_ids, skill_prefix(self.cfg.env, traj.task_type),
+                                        self.cfg.max_prompt_length)
+            pairs.append((prompt, s.response_ids))
         return self.policy.logprobs(pairs)[0]
 
     def train_step(self, step: int) -> dict:
@@ -318,7 +320,7 @@ class Trainer:
                 with timed(timings, "time/teacher_logprob"):
                     teacher_logp = self._teacher_logp(trajs, keys)
             with timed(timings, "time/advantage"):
-                inputs = self._token_inputs(keys, stats.advantages[stats.traj_of_row], old_logp, mask,
+                inputs = self._token_inputs(keys, stats.advantages, old_logp, mask,
                                             stats.selected, scores, teacher_logp)
                 token_adv = token_advantages(spec, inputs, beta=cfg.beta,
                                              rlsd_lambda=linear_decay(step, cfg.rlsd_lambda, cfg.rlsd_warmdown_steps),
@@ -332,7 +334,7 @@ class Trainer:
                         UpdateBatch([p for p, _ in pairs], [r for _, r in pairs], old_logp, token_adv, mask,
                                     ref_logp=ref_logp, teacher_logp=teacher_logp),
                         self.loss_settings, epochs=cfg.ppo_epochs, mini_batches=cfg.mini_batches,
-                        rng=self.policy.rng(step, 4))
+                        mini_batch_size=cfg.ppo_mini_batch_size, rng=self.policy.rng(step, 4))
                 except FloatingPointError as exc:
                     raise TrainingError(f"step {step}: {exc}; the run stops and keeps its last checkpoint "
                                         f"in {cfg.run_dir}") from exc
@@ -373,11 +375,15 @@ class Trainer:
 
     def _metrics(self, step, trajs, stats, inputs, token_adv, scores, update_metrics) -> dict:
         won = np.array([t.won for t in trajs], dtype=float)
-        rewards, adv_traj, selected = stats.rewards, stats.advantages, stats.selected
-        row = {"step": step, "reward_mean": float(rewards.mean()), "success_rate": float(won.mean()),
+        adv_step, selected = stats.advantages, stats.selected
+        # a trajectory's advantage: the mean over its steps (all equal under reward_mode=trajectory)
+        adv_traj = np.bincount(stats.traj_of_row, adv_step, len(trajs)) / np.bincount(stats.traj_of_row,
+                                                                                        minlength=len(trajs))
+        row = {"step": step, "reward_mean": float(stats.returns.mean()), "success_rate": float(won.mean()),
                "episode_length": float(np.mean([len(t.steps) for t in trajs])),
                "invalid_action_rate": float(np.mean([not s.well_formed for t in trajs for s in t.steps])),
                "adv/traj_mean": float(adv_traj.mean()), "adv/traj_abs_mean": float(np.abs(adv_traj).mean()),
+               "adv/step_mean": float(adv_step.mean()), "adv/step_abs_mean": float(np.abs(adv_step).mean()),
                "adv/token_mean": float(token_adv[inputs.mask].mean()),
                "calib/selected_fraction": float(selected.float().mean()),
                "calib/scored_steps": len(scores.logp), "calib/truncated_steps": scores.truncated,
@@ -393,9 +399,13 @@ class Trainer:
         return row
 
     def validate(self, step: int) -> dict:
-        """Greedy episodes on validation games: success rate overall and per task type (``val/...``)."""
+        """Validation episodes, decoded as the config's ``val_*`` keys say (SDAR: sampled at temperature 0.4):
+        success rate overall and per task type (``val/...``)."""
+        from training.evaluate import EvalSampling, evaluation_episodes
+
         specs = self.games.validation(self.cfg.val_tasks)
-        trajs = self.policy.collect(step, specs, train=False, desc="validation")
+        trajs = evaluation_episodes(self.policy, specs, EvalSampling.from_config(self.cfg), step=step,
+                                    desc="validation")
         row = {"val/success_rate": float(np.mean([t.won for t in trajs]))}
         for task_type in sorted({t.task_type for t in trajs}):
             row[f"val/success/{task_type}"] = float(np.mean([t.won for t in trajs if t.task_type == task_type]))

@@ -1,8 +1,9 @@
 """Policy update: PPO-clip with token advantages, low_var_kl to a reference, auxiliary losses.
 
 The clipped surrogate, the KL estimator and the loss aggregation are verl's own functions
-(``verl.trainer.ppo.core_algos``); this module batches the steps, runs the forward/backward passes
-and the AdamW step. A non-finite loss, gradient norm or updated parameter raises
+(``verl.trainer.ppo.core_algos``); this module splits the step rows into mini-batches (one AdamW
+step each, :func:`mini_batch_parts`), runs the forward/backward passes and logs verl's actor metrics
+with the importance-ratio statistics. A non-finite loss, gradient norm or updated parameter raises
 :class:`FloatingPointError`, so the trainer stops before a checkpoint can hold non-finite weights.
 """
 
@@ -86,6 +87,52 @@ def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
     return groups
 
 
+def mini_batch_parts(n: int, *, mini_batches: int = 1, mini_batch_size: int = 0,
+                     rng: np.random.Generator | None = None) -> list[np.ndarray]:
+    """Row indices of each optimizer step of one pass over ``n`` step rows.
+
+    ``mini_batch_size > 0``: ``ceil(n / mini_batch_size)`` mini-batches of a seeded permutation, of
+    equal sizes (differing by at most one row, none above ``mini_batch_size``). Otherwise
+    ``mini_batches`` parts (a permutation when more than one, the row order for one). Empty parts
+    are dropped.
+
+    Parameters
+    ----------
+    n : int
+        Step rows of the batch.
+    mini_batches : int, default 1
+        Parts when ``mini_batch_size`` is 0.
+    mini_batch_size : int, default 0
+        Rows per optimizer step (verl's ``ppo_mini_batch_size`` counted in step rows).
+    rng : numpy.random.Generator, optional
+        Shuffles the rows (default: seed 0).
+    """
+    if mini_batches < 1 or mini_batch_size < 0:
+        raise ValueError(f"mini_batches must be >= 1 and mini_batch_size >= 0, got {mini_batches}, {mini_batch_size}")
+    parts = -(-n // mini_batch_size) if mini_batch_size > 0 else mini_batches
+    rng = rng if rng is not None else np.random.default_rng(0)
+    order = rng.permutation(n) if parts > 1 else np.arange(n)
+    return [part for part in np.array_split(order, max(parts, 1)) if len(part)]
+
+
+def ratio_statistics(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Mean, min and max of the importance ratio ``exp(log pi - log pi_old)`` over the masked tokens
+    (``actor/ratio_mean``, ``actor/ratio_min``, ``actor/ratio_max``); empty without tokens."""
+    mask = mask.bool()
+    if not bool(mask.any()):
+        return {}
+    ratio = torch.exp(logp.detach().float() - old_logp.float())[mask]
+    return {"actor/ratio_mean": ratio.mean().item(), "actor/ratio_min": ratio.min().item(),
+            "actor/ratio_max": ratio.max().item()}
+
+
+def reduce_metrics(history: dict[str, list[float]]) -> dict[str, float]:
+    """One value per metric of an update: the minimum of ``*_min``, the maximum of ``*_max``, else the mean
+    over micro-batches (verl's reduction)."""
+    reduce = {"_min": np.min, "_max": np.max}
+    return {k: float(reduce.get(k[-4:], np.mean)(v)) for k, v in history.items()}
+
+
 def policy_loss(
     spec: MethodSpec,
     logp: torch.Tensor,
@@ -105,7 +152,7 @@ def policy_loss(
     mask = rows.mask[idx, :width].to(logp.device)
     old = rows.old_logp[idx, :width].to(logp.device)
     adv = rows.advantages[idx, :width].to(logp.device)
-    metrics: dict[str, float] = {}
+    metrics = ratio_statistics(logp, old, mask)
     loss = torch.zeros((), device=logp.device)
     if spec.policy_gradient:
         pg_loss, pg_metrics = core_algos.compute_policy_loss_vanilla(
@@ -138,14 +185,18 @@ def ppo_update(
     *,
     epochs: int = 1,
     mini_batches: int = 1,
+    mini_batch_size: int = 0,
     rng: np.random.Generator | None = None,
     scheduler=None,
 ) -> dict[str, float]:
-    """Run ``epochs`` passes of ``mini_batches`` AdamW steps over the batch; return averaged metrics.
+    """Run ``epochs`` passes over the batch, one AdamW step per mini-batch (:func:`mini_batch_parts`);
+    return the metrics reduced by :func:`reduce_metrics`, with ``actor/optimizer_steps``.
 
     Each mini-batch's loss is the verl aggregation over all its tokens: micro-batches pass the
     mini-batch token (or sequence) count to ``agg_loss`` so that gradient accumulation gives the
-    same gradient as one big batch.
+    same gradient as one big batch. The old log-probs stay those of the rollout policy, so from the
+    second mini-batch on the importance ratio moves away from 1 and PPO's clipping can act
+    (``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/ratio_*``).
 
     Raises
     ------
@@ -161,11 +212,8 @@ def ppo_update(
     model.train()
     n_steps = 0
     for _ in range(epochs):
-        order = rng.permutation(n) if mini_batches > 1 else np.arange(n)
-        for part in np.array_split(order, mini_batches):
+        for part in mini_batch_parts(n, mini_batches=mini_batches, mini_batch_size=mini_batch_size, rng=rng):
             part = [int(i) for i in part]
-            if not part:
-                continue
             actor_config.global_batch_info.clear()
             actor_config.global_batch_info.update(
                 dp_size=1, batch_num_tokens=int(rows.mask[part].sum()),
@@ -196,4 +244,4 @@ def ppo_update(
                 scheduler.step()
             history.setdefault("actor/grad_norm", []).append(float(norm))
     model.eval()
-    return {k: float(np.mean(v)) for k, v in history.items()}
+    return {**reduce_metrics(history), "actor/optimizer_steps": float(n_steps)}

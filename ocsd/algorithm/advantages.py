@@ -6,14 +6,30 @@ Baseline forms follow the public SDAR repository (ZJU-REAL/SDAR), which implemen
 GRPO+OPSD, RLSD and SDAR on top of verl for the same three environments:
 
 - RLSD: ``verl/trainer/ppo/rlsd_ray_trainer.py`` (token advantages from the teacher-student gap,
-  ``rlsd_lambda=0.5`` decayed linearly to 0 over ``warmdown_steps=50``, ``clip_eps=0.2``).
+  ``rlsd_lambda=0.5`` decayed linearly to 0 over ``warmdown_steps=100``, ``clip_eps=0.2``).
 - SDAR: ``examples/sdar_trainer/*.sh`` (``sdar_coef=0.01``, ``gate_beta=5.0``) and the gated
   self-distillation loss computed in the actor update.
+
+The multi-turn reward protocol of those runs (:func:`protocol_advantages`, ``mode="sdar"``) is
+verl-agent's: every interaction step is one sample of its task's group, scored by its episode's
+success reward minus the invalid-action penalty of that step alone.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+REWARD_MODES = ("sdar", "trajectory")
+"""Reward protocols of :func:`protocol_advantages`."""
+
+SUCCESS_REWARD = {
+    # SDAR agent_system/environments/env_package/alfworld/envs.py:48-53: 10 * won (text mode)
+    "sdar": 10.0,
+    "trajectory": 1.0,
+}
+"""Reward of a won episode under each protocol."""
 
 
 def _check_finite(name: str, x: torch.Tensor) -> None:
@@ -67,6 +83,81 @@ def grpo_advantage(
     std = torch.where(single, torch.ones_like(std), std)
     centred = rewards - means[inverse]
     return centred / (std[inverse] + eps) if norm_by_std else centred
+
+
+@dataclass(frozen=True)
+class StepAdvantages:
+    """Rewards and advantages of one batch under a reward protocol, one entry per step row."""
+
+    rewards: torch.Tensor  # (S,) the score each step sample is normalised with
+    advantages: torch.Tensor  # (S,) its GRPO advantage
+    returns: torch.Tensor  # (N,) per trajectory: success reward minus every penalty of its steps
+
+
+def protocol_advantages(
+    won: torch.Tensor,
+    invalid: torch.Tensor,
+    traj_index: torch.Tensor,
+    group_index: torch.Tensor,
+    *,
+    mode: str = "sdar",
+    invalid_penalty: float = 0.1,
+    eps: float = 1e-6,
+) -> StepAdvantages:
+    """Step rewards and GRPO advantages of a multi-turn batch under a reward protocol.
+
+    ``mode="sdar"`` (the runs of the SDAR repository, verl-agent's protocol): the step sample
+    ``k`` of trajectory ``i`` scores ``r_ik = 10 won_i - penalty invalid_ik``, and the advantage
+    normalises it over every step sample of the group, ``A_ik = (r_ik - mean_G r) / (std_G r + eps)``,
+    so a longer trajectory weighs more in the group's statistics and an invalid step gets a lower
+    advantage than the valid steps of its own trajectory. Sources (SDAR repository): the success
+    reward of 10, ``env_package/alfworld/envs.py:48-53``; the episode reward copied to every step
+    sample, ``multi_turn_rollout/rollout_loop.py:281`` and ``reward_manager/episode.py:72-79``;
+    the penalty subtracted from the offending step's own sample only,
+    ``verl/trainer/ppo/ray_trainer.py:200-217``; the statistics over all step samples sharing the
+    task's ``uid`` (``compute_mean_std_cross_steps=True``), ``verl/trainer/ppo/core_algos.py:113-174``.
+
+    ``mode="trajectory"``: one reward per trajectory, ``R_i = won_i - penalty (invalid steps of i)``,
+    GRPO over the G trajectories of the group, the same advantage on each of its steps.
+
+    Parameters
+    ----------
+    won : torch.Tensor of bool, shape (N,)
+        Whether each trajectory was won.
+    invalid : torch.Tensor of bool, shape (S,)
+        Whether each step's output had no well-formed action.
+    traj_index : torch.Tensor of int, shape (S,)
+        Trajectory of each step row (0 .. N-1).
+    group_index : torch.Tensor of int, shape (N,)
+        Task group of each trajectory.
+    mode : {"sdar", "trajectory"}
+    invalid_penalty : float, default 0.1
+        Penalty per invalid step (>= 0).
+    eps : float, default 1e-6
+        ``epsilon_adv`` of :func:`grpo_advantage`.
+
+    Returns
+    -------
+    StepAdvantages
+        float64 tensors.
+    """
+    if mode not in REWARD_MODES:
+        raise ValueError(f"reward mode must be one of {REWARD_MODES}, got {mode!r}")
+    if not invalid_penalty >= 0:
+        raise ValueError(f"invalid_penalty must be >= 0, got {invalid_penalty!r}")
+    n = won.shape[0]
+    if group_index.shape != (n,) or invalid.shape != traj_index.shape or invalid.dim() != 1:
+        raise ValueError(f"won {tuple(won.shape)} and group_index {tuple(group_index.shape)} must be (N,), "
+                         f"invalid {tuple(invalid.shape)} and traj_index {tuple(traj_index.shape)} (S,)")
+    traj_index = traj_index.long()
+    penalties = invalid_penalty * invalid.double()
+    success = SUCCESS_REWARD[mode] * won.double()
+    returns = success - torch.zeros(n, dtype=torch.float64).index_add_(0, traj_index, penalties)
+    if mode == "sdar":
+        rewards = success[traj_index] - penalties
+        return StepAdvantages(rewards, grpo_advantage(rewards, group_index[traj_index], eps=eps), returns)
+    advantages = grpo_advantage(returns, group_index, eps=eps)
+    return StepAdvantages(returns[traj_index], advantages[traj_index], returns)
 
 
 def _check_beta(beta: float) -> None:
@@ -188,7 +279,7 @@ def gated_distill_loss_matrix(
     """Per-token gated self-distillation loss of SDAR: ``sg(sigmoid(beta_g (T - s))) (sg(T) - s)``.
 
     Minimising it raises the student log-prob ``s`` of tokens the teacher supports, each weighted
-    by a stop-gradient gate. ``gate_beta=0`` gives a constant gate of 1/2 (GRPO+OPSD and OPSD).
+    by a stop-gradient gate. ``gate_beta=0`` gives a constant gate of 1/2 (GRPO+OPSD).
     Aggregate with verl's ``agg_loss``.
 
     Parameters

@@ -15,13 +15,30 @@ ocsd_no_ablated         top        delta_F     ocsd (sign)       yes          -
 ocsd_random_select      random     residual    ocsd (sign)       yes          -
 ocsd_all_steps          all        residual    ocsd (sign)       yes          -
 ocsd_no_sign            top        residual    ocsd (no sign)    yes          -
-opsd                    top        -           grpo              no           gated distill, beta_g=0 (1)
+opsd                    top        -           grpo              no           gated distill, beta_g (config)
 grpo_opsd               top        -           grpo              yes          gated distill, beta_g=0 (config)
 rlsd                    top        -           rlsd              yes          -
 sdar                    top        -           grpo              yes          gated distill, beta_g (config)
 ======================  =========  ==========  ================  ===========  ================================
 
-"(config)" is the trainer's ``sdar_coef`` (0.01, SDAR's default).
+"(config)" is the trainer's ``sdar_coef`` (0.01) and ``beta_g`` its ``gate_beta`` (5.0), the values of
+every SDAR ALFWorld script. The three distilling baselines are one loss in the SDAR repository
+(``verl/workers/actor/dp_actor.py:412-419, 446-457``: ``pg_loss_coef * pg_loss + sdar_coef * L_gated``,
+plus the KL loss) run by ``verl/trainer/main_sdar.py`` with different script settings:
+
+- OPSD, ``examples/opsd_trainer/run_alfworld_qwen3.sh``: ``sdar_coef=0.01`` (line 7), ``gate_beta=5.0``
+  (line 8), ``pg_loss_coef=0`` (line 61): SDAR without the policy-gradient term, so the teacher still
+  enters the gradient through the gate.
+- GRPO+OPSD, ``examples/grpo_opsd_trainer/run_alfworld_qwen3.sh``: ``sdar_coef=0.01`` (line 7),
+  ``gate_beta=0.0`` (line 8), policy-gradient term on (``pg_loss_coef`` unset, default 1,
+  ``dp_actor.py:412``): a constant gate of 1/2.
+- SDAR, ``examples/sdar_trainer/run_alfworld_qwen3.sh``: ``sdar_coef=0.01`` (line 7), ``gate_beta=5.0``
+  (line 8), policy-gradient term on.
+- RLSD, ``examples/rlsd_trainer/run_alfworld_qwen3.sh``: ``rlsd_lambda=0.5``, ``warmdown_steps=100``,
+  ``clip_eps=0.2`` (lines 56-58), the trainer's ``rlsd_*`` settings.
+
+The ``_3b`` and ``_7b`` ALFWorld scripts of each method set the same values (there OPSD's ``pg_loss_coef=0``
+is line 60 and RLSD's settings lines 55-57), and so do its WebShop and Search scripts.
 
 For ``grpo`` and the baselines, selection only decides which steps get replay scores written for the
 diagnostics; it does not change their update.
@@ -63,7 +80,7 @@ class MethodSpec:
         ``beta_g`` of the gated distillation loss; None means "from the config" (SDAR's 5.0).
     aux_coef : float or None
         Weight of the auxiliary loss in the update; None means "from the config" (``sdar_coef``,
-        SDAR's 0.01). OPSD, whose loss is the distillation term alone, weighs it 1.
+        SDAR's 0.01, also OPSD's).
     privileged_teacher : bool
         Needs the privileged-context teacher log-probs on every response token (baselines).
     description : str
@@ -246,13 +263,19 @@ for _spec in (
                description="OCSD on every step (no NLL-guided selection)"),
     MethodSpec("ocsd_no_sign", signal="residual", advantage="ocsd", sign_align=False,
                description="OCSD w/o sign alignment: A(1 + beta q)"),
-    MethodSpec("opsd", policy_gradient=False, aux_loss="gated_distill", gate_beta=0.0, aux_coef=1.0,
-               privileged_teacher=True,
-               description="OPSD: self-distillation from the privileged-context teacher, no RL term"),
+    # SDAR examples/opsd_trainer/run_alfworld_qwen3.sh: pg_loss_coef=0 (line 61); gate_beta=5.0 (line 8) and
+    # sdar_coef=0.01 (line 7) are the config's gate_beta and sdar_coef (None here)
+    MethodSpec("opsd", policy_gradient=False, aux_loss="gated_distill", privileged_teacher=True,
+               description="OPSD: gated self-distillation from the privileged-context teacher, no RL term"),
+    # SDAR examples/grpo_opsd_trainer/run_alfworld_qwen3.sh: gate_beta=0.0 (line 8); sdar_coef=0.01 (line 7) is
+    # the config's; PG term on (pg_loss_coef unset, default 1.0 at verl/workers/actor/dp_actor.py:412)
     MethodSpec("grpo_opsd", aux_loss="gated_distill", gate_beta=0.0, privileged_teacher=True,
                description="GRPO+OPSD: GRPO plus the ungated distillation term"),
+    # SDAR examples/rlsd_trainer/run_alfworld_qwen3.sh:56-58: lambda 0.5, warmdown 100, clip 0.2 (the config's)
     MethodSpec("rlsd", advantage="rlsd", privileged_teacher=True,
                description="RLSD: teacher-weighted token advantages, lambda decayed to 0"),
+    # SDAR examples/sdar_trainer/run_alfworld_qwen3.sh: gate_beta=5.0 (line 8), sdar_coef=0.01 (line 7), the
+    # config's; PG term on (pg_loss_coef unset)
     MethodSpec("sdar", aux_loss="gated_distill", privileged_teacher=True,
                description="SDAR: GRPO plus the sigmoid-gated distillation term"),
 ):

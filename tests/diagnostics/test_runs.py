@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from diagnostics.runs import (VAL_OVERALL, VAL_PREFIX, PhaseTimes, SeedStats, last_validation, phase_times,
-                              seed_stats, validation_stats)
+                              seed_stats, task_bootstrap, validation_stats)
 
 PHASES = ("time/rollout", "time/old_logprob", "time/replay_scoring", "time/update")
 
@@ -106,3 +106,52 @@ def test_phase_times_edge_cases():
         phase_times(rows, PHASES, skip_steps=-1)
     with pytest.raises(ValueError, match="phases"):
         phase_times(rows, [])
+
+
+def brute_force_bootstrap(outcomes, n_boot, level, seed):
+    """Loops over tasks and resamples; the same task draws as task_bootstrap (a fresh generator)."""
+    per_task = [sum(row) / len(row) for row in outcomes]
+    picks = np.random.default_rng(seed).integers(0, len(outcomes), size=(n_boot, len(outcomes)))
+    means = sorted(sum(per_task[i] for i in row) / len(row) for row in picks.tolist())
+    cuts = statistics.quantiles(means, n=40, method="inclusive")  # 2.5% and 97.5% are the outer cuts
+    assert level == 0.95
+    return sum(per_task) / len(per_task), cuts[0], cuts[-1]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_task_bootstrap_matches_brute_force(seed):
+    rng = np.random.default_rng(100 + seed)
+    n_tasks, repeats = int(rng.integers(1, 30)), int(rng.integers(1, 5))
+    outcomes = (rng.uniform(size=(n_tasks, repeats)) < rng.uniform()).astype(float).tolist()
+    n_boot = int(rng.integers(50, 400))
+    ci = task_bootstrap(outcomes, n_boot=n_boot, level=0.95, rng=np.random.default_rng(seed))
+    mean, low, high = brute_force_bootstrap(outcomes, n_boot, 0.95, seed)
+    assert (ci.mean, ci.low, ci.high) == pytest.approx((mean, low, high), abs=1e-12)
+    assert (ci.n_tasks, ci.repeats, ci.n_boot, ci.level) == (n_tasks, repeats, n_boot, 0.95)
+    assert ci.low <= ci.high and 0.0 <= ci.low and ci.high <= 1.0
+
+
+def test_task_bootstrap_invariances():
+    rng = np.random.default_rng(7)
+    outcomes = (rng.uniform(size=(40, 3)) < 0.4).astype(float)
+    ci = task_bootstrap(outcomes, rng=3)
+    assert ci.mean == pytest.approx(outcomes.mean()) and ci.low < ci.mean < ci.high
+    assert task_bootstrap(outcomes, rng=3) == ci  # a seed gives the same interval
+    wide = task_bootstrap(outcomes, level=0.99, rng=3)
+    assert wide.low <= ci.low and wide.high >= ci.high
+    shuffled = task_bootstrap(outcomes[:, ::-1], rng=3)  # the order of repeats does not matter
+    assert (shuffled.mean, shuffled.low, shuffled.high) == pytest.approx((ci.mean, ci.low, ci.high))
+    flat = task_bootstrap(np.ones((5, 2)), rng=0)
+    assert (flat.mean, flat.low, flat.high) == (1.0, 1.0, 1.0)
+    one = task_bootstrap([1.0, 0.0, 1.0, 1.0], rng=0)  # one repeat: a vector of task outcomes
+    assert one.repeats == 1 and one.mean == 0.75
+
+
+def test_task_bootstrap_degenerate_and_bad_inputs():
+    with pytest.warns(UserWarning, match="no tasks"):
+        empty = task_bootstrap(np.zeros((0, 3)))
+    assert math.isnan(empty.mean) and math.isnan(empty.low) and math.isnan(empty.high)
+    for kwargs, match in (({"outcomes": np.zeros((2, 2, 2))}, "shape"), ({"outcomes": [1.0, math.nan]}, "finite"),
+                          ({"outcomes": [1.0], "n_boot": 0}, "n_boot"), ({"outcomes": [1.0], "level": 1.0}, "level")):
+        with pytest.raises(ValueError, match=match):
+            task_bootstrap(**kwargs)

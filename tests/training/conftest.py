@@ -37,7 +37,8 @@ def alfworld_games(tmp_path_factory) -> Path:
     from training.envs.games import GameSource
 
     folder = tmp_path_factory.mktemp("cmd_games")
-    cfg = make_config(dict(games_dir=str(folder), n_train_games=2, n_val_games=2, seed=0, progress=False))
+    cfg = make_config(dict(data="generated", games_dir=str(folder), n_train_games=2, n_val_games=2, seed=0,
+                           progress=False))
     source = GameSource.from_config(cfg)
     assert len(source.train) == 2 and len(source.valid) == 2
     return folder
@@ -45,7 +46,7 @@ def alfworld_games(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_overrides(alfworld_games) -> list[str]:
-    return [f"games_dir={alfworld_games}", "n_train_games=2", "n_val_games=2", "max_steps=2",
+    return ["data=generated", f"games_dir={alfworld_games}", "n_train_games=2", "n_val_games=2", "max_steps=2",
             "max_response_length=8", "max_prompt_length=1024", "history_length=1", "progress=false",
             "generation_batch=8", "env_workers=1"]
 
@@ -67,8 +68,8 @@ def tiny_checkpoint(tmp_path_factory, alfworld_games) -> Path:
     tokenizer.save_pretrained(actor)
     torch.save({"global_step": 7, "optimizer": {}}, actor / "trainer_state.pt")
     config = {"env": "alfworld", "max_steps": 2, "max_response_length": 8, "history_length": 1,
-              "max_prompt_length": 1024, "rho": 0.5, "beta": 0.5, "games_dir": str(alfworld_games),
-              "n_train_games": 2, "n_val_games": 2, "device": "cuda", "lora_rank": 8}
+              "max_prompt_length": 1024, "rho": 0.5, "beta": 0.5, "data": "generated",
+              "games_dir": str(alfworld_games), "n_train_games": 2, "n_val_games": 2, "device": "cuda", "lora_rank": 8}
     (run / "run.json").write_text(json.dumps({"schema_version": 1, "run": "tinyrun", "method": "ocsd",
                                               "env": "alfworld", "model": "tiny", "seed": 0, "config": config}))
     return run / "global_step_7"

@@ -95,13 +95,13 @@ def test_range_membership_and_wording():
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_shipped_configs_are_valid(path):
-    cfg = load_config(path, ["device=cpu"])
+    cfg = load_config(path, ["device=cpu", "data=generated"])
     assert cfg.device == "cpu"
 
 
 def test_a_file_setting_may_be_overridden_before_it_is_checked():
     # the paper config says device: cuda; a CPU machine overrides it on the command line
-    cfg = load_config(ROOT / "training" / "configs" / "alfworld_paper.yaml", ["device=cpu"])
+    cfg = load_config(ROOT / "training" / "configs" / "alfworld_paper.yaml", ["device=cpu", "data=generated"])
     assert (cfg.batch_size, cfg.group_size, cfg.total_steps, cfg.grad_clip, cfg.clip_ratio) == (16, 8, 150, 1.0, 0.2)
 
 

@@ -1,4 +1,5 @@
-"""``python -m training.evaluate``: greedy success per task type (tiny random model, generated games)."""
+"""``python -m training.evaluate``: sampled success per task type, repeats and the bootstrap interval
+(tiny random model, generated games)."""
 
 from __future__ import annotations
 
@@ -11,22 +12,27 @@ from pathlib import Path
 import pytest
 
 from ocsd.environments import get_environment
+import numpy as np
+
+from diagnostics.runs import task_bootstrap
 from training.envs.runtime import EnvironmentRuntime, success_metrics
-from training.evaluate import main
+from training.evaluate import BOOTSTRAP_SAMPLES, CI_LEVEL, EvalSampling, evaluate, main
 from training.rollout import StepSample, Trajectory
 
 pytestmark = pytest.mark.usefixtures("no_user_data")
 
 REPO = Path(__file__).resolve().parents[2]
 KEYS = {"model", "checkpoint", "global_step", "env", "tasks_from", "split", "max_steps", "greedy", "n",
-        "successes", "success_rate", "per_type", "mean_steps", "invalid_action_rate", "time_s"}
+        "successes", "success_rate", "per_type", "mean_steps", "invalid_action_rate", "time_s",
+        "do_sample", "temperature", "top_p", "sample_seed", "tasks", "repeats", "ci_low", "ci_high", "ci_level"}
 
 
-def _check(result: dict, n_tasks: int) -> None:
+def _check(result: dict, n_tasks: int, repeats: int = 1) -> None:
     assert KEYS <= set(result)
-    assert result["n"] == n_tasks and result["greedy"] is True
-    assert 0.0 <= result["success_rate"] <= 1.0
-    assert sum(row["n"] for row in result["per_type"].values()) == n_tasks
+    assert (result["tasks"], result["repeats"], result["n"]) == (n_tasks, repeats, n_tasks * repeats)
+    assert result["greedy"] is not result["do_sample"]
+    assert 0.0 <= result["ci_low"] <= result["success_rate"] <= result["ci_high"] <= 1.0
+    assert sum(row["n"] for row in result["per_type"].values()) == n_tasks * repeats
     assert sum(row["successes"] for row in result["per_type"].values()) == result["successes"]
     for row in result["per_type"].values():
         assert 0.0 <= row["success_rate"] <= 1.0 and row["success_rate"] == row["successes"] / row["n"]
@@ -38,6 +44,8 @@ def test_checkpoint_evaluation_json_and_eval_file(tiny_checkpoint, tiny_override
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     _check(result, 2)
     assert result["global_step"] == 7 and result["max_steps"] == 2 and result["tasks_from"].startswith("generated:")
+    # SDAR's validation sampling (val_kwargs temperature 0.4, do_sample True, top_p 1.0) is the default
+    assert (result["do_sample"], result["temperature"], result["top_p"], result["greedy"]) == (True, 0.4, 1.0, False)
     assert json.loads((tiny_checkpoint / "eval.json").read_text()) == result
 
 
@@ -170,3 +178,63 @@ def test_malformed_yaml_exits_2_in_one_line(tmp_path, no_evaluation, capsys):
     proc = subprocess.run([sys.executable, "-m", "training.evaluate", "--ckpt", "tiny", "--config", str(bad)],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_repeats_report_every_episode_and_an_interval(tiny_overrides, capsys):
+    assert main(["--ckpt", "tiny", "--tasks", "2", "--repeats", "3", "--sample-seed", "5", "--temperature", "0.7",
+                 "--json", *tiny_overrides]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    _check(result, 2, repeats=3)
+    assert (result["temperature"], result["sample_seed"], result["ci_level"]) == (0.7, 5, CI_LEVEL)
+
+
+def test_greedy_flag_and_table(tiny_overrides, capsys):
+    assert main(["--ckpt", "tiny", "--tasks", "1", "--greedy", *tiny_overrides]) == 0
+    out = capsys.readouterr()
+    assert "greedy" in out.out and "bootstrap interval over 1 tasks" in out.out
+    assert "games: generated games (data=generated)" in out.err  # the origin of the games is printed
+
+
+def test_sampling_settings_and_seeds():
+    from training.config import make_config
+
+    cfg = make_config({"max_response_length": 9, "generation_batch": 3})
+    sampling = EvalSampling.from_config(cfg)
+    assert sampling == EvalSampling(do_sample=True, temperature=0.4, top_p=1.0, seed=0)
+    gen = sampling.generation(cfg)
+    assert (gen.do_sample, gen.temperature, gen.top_p, gen.max_new_tokens, gen.batch) == (True, 0.4, 1.0, 9, 3)
+    assert len({sampling.torch_seed(r) for r in range(5)}) == 5  # each repeat its own stream
+    assert sampling.torch_seed(1) == EvalSampling(seed=0).torch_seed(1) != EvalSampling(seed=1).torch_seed(1)
+    assert str(EvalSampling(do_sample=False)) == "greedy"
+    assert EvalSampling.from_config(make_config({"val_do_sample": False})).describe()["greedy"] is True
+
+
+def test_evaluate_bootstraps_tasks_over_repeats(monkeypatch):
+    """Task i of repeat r is won per a fixed table; the interval is task_bootstrap of that (tasks, repeats) table."""
+    won = np.array([[1, 1, 0], [0, 0, 0], [1, 0, 1], [1, 1, 1], [0, 1, 0]], dtype=bool)  # (tasks, repeats)
+
+    def episodes(policy, specs, sampling, *, repeat, step, desc):
+        return [Trajectory(uid=f"{i}_{repeat}", group_uid=str(i), task="t", task_type=spec, game="g",
+                           won=bool(won[i, repeat])) for i, spec in enumerate(specs)]
+
+    monkeypatch.setattr("training.evaluate.evaluation_episodes", episodes)
+    games = type("Games", (), {"valid": ["pick", "heat", "pick", "look", "heat"]})()
+    spec = get_environment("alfworld")
+    sampling = EvalSampling(seed=4)
+    out = evaluate(None, games, global_step=0, spec=spec, runtime=spec.load_runtime(), sampling=sampling, repeats=3)
+    ref = task_bootstrap(won.astype(float), n_boot=BOOTSTRAP_SAMPLES, level=CI_LEVEL, rng=4)
+    assert (out["tasks"], out["repeats"], out["n"], out["successes"]) == (5, 3, 15, int(won.sum()))
+    assert (out["ci_low"], out["ci_high"]) == (ref.low, ref.high) and out["success_rate"] == pytest.approx(ref.mean)
+    assert out["per_type"]["pick"]["n"] == 6 and out["per_type"]["pick"]["successes"] == 4
+
+
+def test_repeats_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--ckpt", "tiny", "--repeats", "0"])
+    assert info.value.code == 2 and "--repeats must be >= 1" in capsys.readouterr().err
+
+
+def test_evaluation_without_data_stops_naming_data(no_evaluation, capsys):
+    assert main(["--ckpt", "tiny"]) == 2  # neither --data nor $ALFWORLD_DATA: generated games are not a fallback
+    err = capsys.readouterr().err
+    assert err.startswith("error: data: no games named") and "data=generated" in err and err.count("\n") == 1

@@ -20,8 +20,8 @@ from training.rollout import StepSample, Trajectory
 class StubPolicy:
     """Log-probs from a seeded generator; its config has no ``rho``, so selection must take it as an argument."""
 
-    def __init__(self, seed: int = 0):
-        self.cfg = SimpleNamespace(seed=seed, invalid_action_penalty=0.1)
+    def __init__(self, seed: int = 0, reward_mode: str = "trajectory"):
+        self.cfg = SimpleNamespace(seed=seed, invalid_action_penalty=0.1, reward_mode=reward_mode)
 
     def rng(self, step: int, purpose: int) -> np.random.Generator:
         return np.random.default_rng([self.cfg.seed, step, purpose])
@@ -54,9 +54,13 @@ def test_batch_statistics_selects_with_the_given_rho(selection, rho):
     stats = batch_statistics(policy, trajs, 4, selection=selection, rho=rho, timings=timings)
     assert set(timings) == {"time/advantage", "time/old_logprob"}
     assert stats.keys == [(t, s.step_idx) for t, traj in enumerate(trajs) for s in traj.steps]
-    np.testing.assert_allclose(stats.rewards, [float(t.won) - 0.1 * t.n_malformed for t in trajs])
-    for g in range(2):  # GRPO advantages are centred within each group
-        assert stats.advantages[3 * g: 3 * g + 3].sum() == pytest.approx(0.0, abs=1e-9)
+    returns = [float(t.won) - 0.1 * t.n_malformed for t in trajs]
+    np.testing.assert_allclose(stats.returns, returns)
+    np.testing.assert_allclose(stats.rewards, np.array(returns)[stats.traj_of_row])
+    per_traj = stats.advantages[np.unique(stats.traj_of_row, return_index=True)[1]]
+    np.testing.assert_array_equal(stats.advantages, per_traj[stats.traj_of_row])  # one advantage per trajectory
+    for g in range(2):  # GRPO advantages are centred within each group of trajectories
+        assert per_traj[3 * g: 3 * g + 3].sum() == pytest.approx(0.0, abs=1e-9)
     old, mask = policy.logprobs(stats.pairs)
     expected = select_steps(step_nll(old.double(), mask), torch.from_numpy(stats.traj_of_row), rho, mode=selection,
                             generator=policy.rng(4, 3))
@@ -80,3 +84,31 @@ def test_replay_meta_has_the_format_keys_then_the_extra_ones():
     with pytest.raises(ValueError, match=r"extra meta key\(s\) \['rho'\]"):
         replay_meta(cfg, global_step=5, model="tiny", method="ocsd", views=["student"], selection="top",
                     scores=scores, rho=0.9)
+
+
+def test_sdar_reward_mode_gives_each_step_its_own_reward_and_advantage():
+    trajs = _batch()
+    stats = batch_statistics(StubPolicy(reward_mode="sdar"), trajs, 4, selection="top", rho=0.5, timings={})
+    invalid = np.array([not trajs[t].steps[k].well_formed for t, k in stats.keys])
+    won = np.array([trajs[t].won for t, _ in stats.keys])
+    np.testing.assert_allclose(stats.rewards, 10.0 * won - 0.1 * invalid)
+    np.testing.assert_allclose(stats.returns, [10.0 * t.won - 0.1 * t.n_malformed for t in trajs])
+    group = stats.traj_of_row // 3
+    for g in range(2):  # centred over the step samples of each group, not over its trajectories
+        assert stats.advantages[group == g].sum() == pytest.approx(0.0, abs=1e-9)
+    mixed = [t for t in range(len(trajs)) if 0 < invalid[stats.traj_of_row == t].sum() < len(trajs[t].steps)]
+    assert mixed  # the made-up batch has trajectories with valid and invalid steps
+    for t in mixed:  # the penalty lowers the invalid step's advantage only
+        rows = stats.traj_of_row == t
+        assert stats.advantages[rows & invalid].max() < stats.advantages[rows & ~invalid].min()
+
+
+def test_record_tables_write_each_steps_own_reward_and_advantage():
+    from training.pipeline import record_tables
+
+    trajs = _batch()
+    stats = batch_statistics(StubPolicy(reward_mode="sdar"), trajs, 4, selection="top", rho=0.5, timings={})
+    steps, _ = record_tables(trajs, stats, ReplayScores(), ("student",), global_step=4, tokenizer=None)
+    np.testing.assert_array_equal(steps["reward"].to_numpy(), stats.rewards)
+    np.testing.assert_array_equal(steps["advantage"].to_numpy(), stats.advantages)
+    assert steps.groupby("traj_uid")["advantage"].nunique().max() > 1  # differs within a trajectory

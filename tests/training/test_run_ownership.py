@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def tiny(alfworld_games) -> dict:
     """The settings of a run of the tiny random model that takes seconds."""
-    return dict(model="tiny", games_dir=str(alfworld_games), n_train_games=2, n_val_games=2, batch_size=1,
+    return dict(model="tiny", data="generated", games_dir=str(alfworld_games), n_train_games=2, n_val_games=2, batch_size=1,
                 group_size=2, max_steps=2, max_response_length=8, max_prompt_length=1024, total_steps=1, save_freq=1,
                 test_freq=0, progress=False, rho=0.5, kl_coef=0.0, micro_batch_tokens=4096, seed=3)
 

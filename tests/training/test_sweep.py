@@ -13,6 +13,7 @@ from training.sweep import cell_name, main, read_index
 pytestmark = pytest.mark.usefixtures("no_user_data")
 
 TINY = """\
+data: generated
 model: tiny
 lora_rank: 0
 kl_coef: 0.0

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def games(tmp_path_factory):
     folder = tmp_path_factory.mktemp("games")
-    cfg = make_config(dict(games_dir=str(folder), n_train_games=2, n_val_games=1, progress=False))
+    cfg = make_config(dict(data="generated", games_dir=str(folder), n_train_games=2, n_val_games=1, progress=False))
     return GameSource.from_config(cfg)
 
 
@@ -201,7 +201,7 @@ def test_cli_reports_config_errors(tmp_path):
 
 
 def test_paper_config_is_valid():
-    cfg = load_config(ROOT / "training" / "configs" / "alfworld_paper.yaml", ["device=cpu"])
+    cfg = load_config(ROOT / "training" / "configs" / "alfworld_paper.yaml", ["device=cpu", "data=generated"])
     assert (cfg.batch_size, cfg.group_size, cfg.total_steps, cfg.rho, cfg.beta) == (16, 8, 150, 0.2, 0.5)
     assert math.isclose(cfg.lr, 1e-6) and cfg.max_steps == 50 and cfg.kl_coef == 0.01
 

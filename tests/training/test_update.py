@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,9 +18,12 @@ from training.update import (  # noqa: E402
     LossSettings,
     UpdateBatch,
     _actor_config,
+    mini_batch_parts,
     non_finite_parameter,
     policy_loss,
     ppo_update,
+    ratio_statistics,
+    reduce_metrics,
 )
 
 
@@ -83,6 +88,75 @@ def test_a_normal_update_passes_the_checks():
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
+def _rows(model, n: int = 8) -> UpdateBatch:
+    gen = torch.Generator().manual_seed(5)
+    pairs = [(torch.randint(1, 100, (3,), generator=gen).tolist(),
+              torch.randint(1, 100, (4,), generator=gen).tolist()) for _ in range(n)]
+    old, mask = response_logprobs(model, pairs, padded=True)
+    adv = torch.where(mask, torch.tensor([1.0, -1.0] * (n // 2))[:, None], torch.zeros(()))
+    return UpdateBatch([p for p, _ in pairs], [r for _, r in pairs], old, adv, mask)
+
+
+@pytest.mark.parametrize("n, size, sizes", [(12, 5, [4, 4, 4]), (12, 4, [4, 4, 4]), (10, 256, [10]),
+                                            (7, 2, [2, 2, 2, 1])])
+def test_mini_batch_parts_by_rows(n, size, sizes):
+    parts = mini_batch_parts(n, mini_batch_size=size, rng=np.random.default_rng(1))
+    assert [len(p) for p in parts] == sizes
+    assert sorted(np.concatenate(parts).tolist()) == list(range(n))  # every row once
+    again = mini_batch_parts(n, mini_batch_size=size, rng=np.random.default_rng(1))
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again))  # seeded
+    if len(parts) > 1:
+        assert np.concatenate(parts).tolist() != list(range(n))  # shuffled
+
+
+def test_mini_batch_parts_by_count_are_the_former_split():
+    assert [p.tolist() for p in mini_batch_parts(5)] == [[0, 1, 2, 3, 4]]
+    expected = np.array_split(np.random.default_rng(3).permutation(5), 2)
+    got = mini_batch_parts(5, mini_batches=2, rng=np.random.default_rng(3))
+    assert [p.tolist() for p in got] == [p.tolist() for p in expected]
+    assert len(mini_batch_parts(2, mini_batches=3)) == 2  # empty parts are dropped
+
+
+def test_ratio_statistics_and_their_reduction():
+    logp = torch.log(torch.tensor([[0.5, 1.0], [2.0, 9.0]]))
+    stats = ratio_statistics(logp, torch.zeros(2, 2), torch.tensor([[True, True], [True, False]]))
+    assert stats == pytest.approx({"actor/ratio_mean": 3.5 / 3, "actor/ratio_min": 0.5, "actor/ratio_max": 2.0})
+    assert ratio_statistics(logp, torch.zeros(2, 2), torch.zeros(2, 2, dtype=torch.bool)) == {}
+    reduced = reduce_metrics({"actor/ratio_min": [0.9, 0.7], "actor/ratio_max": [1.1, 1.3],
+                              "actor/pg_loss": [1.0, 2.0]})
+    assert reduced == {"actor/ratio_min": 0.7, "actor/ratio_max": 1.3, "actor/pg_loss": 1.5}
+
+
+@pytest.mark.parametrize("size, epochs, steps", [(0, 1, 1), (3, 1, 3), (2, 1, 4), (4, 2, 4)])
+def test_one_optimizer_step_per_mini_batch(size, epochs, steps):
+    model = tiny_model(vocab_size=100, seed=0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    calls = []
+    step = optimizer.step
+    optimizer.step = lambda *a, **k: (calls.append(1), step(*a, **k))[1]
+    metrics = ppo_update(model, optimizer, get_method("grpo"), _rows(model), LossSettings(kl_coef=0.0),
+                         epochs=epochs, mini_batch_size=size, rng=np.random.default_rng(0))
+    assert len(calls) == steps and metrics["actor/optimizer_steps"] == steps
+
+
+def test_later_mini_batches_move_the_ratio_and_get_clipped():
+    model = tiny_model(vocab_size=100, seed=0)
+    rows = _rows(model)
+    settings = LossSettings(kl_coef=0.0)
+    single = copy.deepcopy(model)
+    one = ppo_update(single, torch.optim.AdamW(single.parameters(), lr=0.5), get_method("grpo"), rows, settings)
+    # a single step per batch: the ratio is 1 on every token, nothing is clipped
+    assert one["actor/pg_clipfrac"] == 0.0 and one["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert one["actor/ratio_min"] == pytest.approx(1.0, abs=1e-5)
+    assert one["actor/ratio_max"] == pytest.approx(1.0, abs=1e-5)
+    # the second mini-batch comes after a large step: its ratio moves beyond 1 +- 0.2 and is clipped
+    two = ppo_update(model, torch.optim.AdamW(model.parameters(), lr=0.5), get_method("grpo"), rows, settings,
+                     mini_batch_size=4, rng=np.random.default_rng(0))
+    assert two["actor/optimizer_steps"] == 2
+    assert two["actor/pg_clipfrac"] > 0.0 and two["actor/ppo_kl"] != 0.0
+    assert two["actor/ratio_max"] > 1.2 or two["actor/ratio_min"] < 0.8
+
+
 def test_trainer_stops_before_a_checkpoint_of_non_finite_weights(tmp_path, alfworld_games, monkeypatch):
     pytest.importorskip("alfworld", reason="the ALFWorld engine (envs extra) is not installed")
     from ocsd.records import validate_path
@@ -92,8 +166,8 @@ def test_trainer_stops_before_a_checkpoint_of_non_finite_weights(tmp_path, alfwo
 
     monkeypatch.setattr(Trainer, "_lr", lambda self, step: self.cfg.lr if step < 2 else math.inf)
     run = tmp_path / "run"
-    cfg = make_config(dict(model="tiny", run_dir=str(run), games_dir=str(alfworld_games), n_train_games=2,
-                           n_val_games=2, batch_size=1, group_size=2, max_steps=2, max_response_length=8,
+    cfg = make_config(dict(model="tiny", run_dir=str(run), data="generated", games_dir=str(alfworld_games),
+                           n_train_games=2, n_val_games=2, batch_size=1, group_size=2, max_steps=2, max_response_length=8,
                            max_prompt_length=1024, total_steps=2, save_freq=1, test_freq=0, progress=False,
                            rho=0.5, kl_coef=0.0, seed=3))
     with pytest.raises(TrainingError, match=r"step 2: parameter .+ is non-finite after optimizer step 1"):

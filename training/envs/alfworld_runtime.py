@@ -15,10 +15,11 @@ __all__ = ["RUNTIME", "evaluation_tasks"]
 
 
 def evaluation_tasks(cfg, split: str | None, n: int | None) -> tuple[GameSource, str]:
-    """The first ``n`` games of ``split`` (default the config's ``val_split``; generated games: the
-    validation games), and where they came from (``real:<folder>:<split>`` or ``generated:<folder>:valid``)."""
+    """The first ``n`` games of ``split`` (default the config's ``val_split``; ``data=generated``: the
+    generated validation games), and where they came from (``real:<folder>:<split>`` or
+    ``generated:<folder>:valid``). ``n=None``: every game of the split."""
     games = GameSource.from_config(cfg, train=False, val_split=split, n_valid=n)
-    origin = f"{games.origin}:{split or cfg.val_split}" if cfg.data_root else f"{games.origin}:valid"
+    origin = f"{games.origin}:{split or cfg.val_split}" if games.real else f"{games.origin}:valid"
     return games, origin
 
 

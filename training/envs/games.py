@@ -1,12 +1,15 @@
 """Where a run's tasks come from: real ALFWorld data or games generated from the alfworld package.
 
-``GameSource.from_config`` uses real games when ``data`` (or ``$ALFWORLD_DATA``) is set, else it
-generates training and validation games once into ``games_dir`` (disjoint generator seeds per
-split) and reuses them on later runs.
+``GameSource.from_config`` uses real games from the folder that ``data`` (or ``$ALFWORLD_DATA``) names;
+with ``data=generated`` it generates training and validation games once into ``games_dir`` (disjoint
+generator seeds per split) and reuses them on later runs. With neither it refuses: generated games are
+never a silent fallback. Training, collection and evaluation all get their games here, and each prints
+where they came from (one line on stderr) before it starts.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -51,20 +54,45 @@ class GameSource:
     @classmethod
     def from_config(cls, cfg, *, train: bool = True, valid: bool = True, val_split: str | None = None,
                     n_valid: int | None = None) -> "GameSource":
-        """Real games from ``cfg.data_root`` or generated games in ``cfg.games_dir``.
+        """Real games from ``cfg.data_root`` or, for ``data=generated``, generated games in ``cfg.games_dir``.
 
         ``train``/``valid`` choose which splits are loaded (or generated); ``val_split`` and
-        ``n_valid`` override the config's validation split and size.
+        ``n_valid`` override the config's validation split and size. Prints the games' origin and
+        counts (:meth:`announce`) to stderr.
+
+        Raises
+        ------
+        AlfworldDataError
+            Naming ``data`` when neither it nor ``$ALFWORLD_DATA`` is set, or when the data is unusable.
         """
-        root = cfg.data_root
+        from training.config import ConfigError
+
+        try:
+            root = cfg.data_root
+        except ConfigError as exc:
+            raise AlfworldDataError(str(exc)) from None
         if root:
             split = val_split or cfg.val_split
-            return cls(load_games(root, split=cfg.train_split) if train else [],
-                       load_games(root, split=split)[:n_valid] if valid else [], f"real:{root}")
-        folder = Path(cfg.games_dir)
-        return cls(generated_games(folder, cfg.n_train_games, "train", cfg.seed, cfg.progress) if train else [],
-                   generated_games(folder, n_valid or cfg.n_val_games, "valid", cfg.seed, cfg.progress)
-                   if valid else [], f"generated:{folder}")
+            source = cls(load_games(root, split=cfg.train_split) if train else [],
+                         load_games(root, split=split)[:n_valid] if valid else [], f"real:{root}")
+        else:
+            folder = Path(cfg.games_dir)
+            source = cls(generated_games(folder, cfg.n_train_games, "train", cfg.seed, cfg.progress) if train else [],
+                         generated_games(folder, n_valid or cfg.n_val_games, "valid", cfg.seed, cfg.progress)
+                         if valid else [], f"generated:{folder}")
+        print(source.announce(), file=sys.stderr)
+        return source
+
+    @property
+    def real(self) -> bool:
+        """Whether the games are the ALFWorld release's (not generated)."""
+        return self.origin.startswith("real:")
+
+    def announce(self) -> str:
+        """One line saying where the games come from and how many there are."""
+        kind = "real ALFWorld games from" if self.real else "generated games (data=generated) in"
+        return (f"games: {kind} {self.origin.split(':', 1)[1]}: {len(self.train)} training, "
+                f"{len(self.valid)} validation")
 
     def sample_train(self, rng: np.random.Generator, n: int) -> list[GameSpec]:
         """``n`` distinct training games (with replacement only when there are fewer than ``n``)."""

@@ -24,10 +24,12 @@ class EnvironmentRuntime:
         ``task_source(cfg, *, train=True, valid=True, val_split=None, n_valid=None)``: the run's
         training and validation tasks, an object with ``train`` and ``valid`` lists, ``sample_train``,
         ``validation``, ``describe`` and ``make_env(tasks, *, max_steps, workers, seed)`` (the batched
-        environments), as :class:`training.envs.games.GameSource`.
+        environments), as :class:`training.envs.games.GameSource`. It prints where the tasks come from
+        and raises ``data_error`` when the config names no task data.
     evaluation_tasks : callable
         ``evaluation_tasks(cfg, split, n) -> (source, origin)``: a task source whose ``valid`` list holds
-        the first ``n`` evaluation tasks of ``split`` (None: the config's), and where they came from.
+        the first ``n`` evaluation tasks of ``split`` (None: the config's; ``n=None``: all of them), and
+        where they came from.
     metrics : callable
         ``metrics(trajectories) -> dict`` of finished evaluation trajectories; its keys include the
         metric names of the registry entry's evaluation protocol.

@@ -9,6 +9,7 @@ from ocsd.algorithm.advantages import (
     grpo_advantage,
     linear_decay,
     ocsd_token_advantage,
+    protocol_advantages,
     rlsd_token_advantage,
 )
 
@@ -50,6 +51,52 @@ def test_grpo_matches_verl(rng):
             token_rewards, mask, np.array([f"g{g}" for g in groups], dtype=object), norm_adv_by_std_in_grpo=norm)
         ours = grpo_advantage(rewards, torch.from_numpy(groups), norm_by_std=norm)
         torch.testing.assert_close(verl_adv, ours[:, None] * mask, rtol=1e-5, atol=1e-6)
+
+
+def _random_episodes(rng, n_groups=4, group_size=3):
+    won = torch.from_numpy(rng.random(n_groups * group_size) < 0.4)
+    lengths = rng.integers(1, 6, size=n_groups * group_size)
+    traj = torch.from_numpy(np.repeat(np.arange(len(lengths)), lengths))
+    invalid = torch.from_numpy(rng.random(len(traj)) < 0.3)
+    groups = torch.from_numpy(np.arange(len(lengths)) // group_size)
+    return won, invalid, traj, groups
+
+
+def test_sdar_protocol_matches_verl_on_step_samples(rng):
+    # verl-agent's protocol: each step sample's last token holds its episode's 10 * won, the step's own
+    # penalty is subtracted there, and the group is the task's uid over all its step samples
+    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl extra not installed")
+    for _ in range(5):
+        won, invalid, traj, groups = _random_episodes(rng)
+        lengths = torch.from_numpy(rng.integers(1, 9, size=len(traj)))
+        mask = (torch.arange(9)[None, :] < lengths[:, None]).float()
+        token_rewards = torch.zeros(len(traj), 9)
+        token_rewards[torch.arange(len(traj)), lengths - 1] = 10.0 * won[traj].float()
+        token_rewards[torch.arange(len(traj)), lengths - 1] -= 0.1 * invalid.float()
+        uid = np.array([f"task{g}" for g in groups[traj].tolist()], dtype=object)
+        verl_adv, _ = core_algos.compute_grpo_outcome_advantage(token_rewards, mask, uid)
+        ours = protocol_advantages(won, invalid, traj, groups, mode="sdar", invalid_penalty=0.1)
+        # verl sums float32 rewards of about 10: agreement to float32 precision of that scale
+        torch.testing.assert_close(verl_adv, ours.advantages.float()[:, None] * mask, rtol=1e-4, atol=1e-4)
+
+
+def test_trajectory_protocol_is_grpo_over_trajectories(rng):
+    won, invalid, traj, groups = _random_episodes(rng)
+    got = protocol_advantages(won, invalid, traj, groups, mode="trajectory", invalid_penalty=0.1)
+    returns = won.double() - 0.1 * torch.bincount(traj, invalid.double(), minlength=len(won))
+    torch.testing.assert_close(got.returns, returns)
+    torch.testing.assert_close(got.advantages, grpo_advantage(returns, groups)[traj])
+    torch.testing.assert_close(got.rewards, returns[traj])
+
+
+def test_protocol_advantages_rejects_bad_input():
+    won, invalid, traj, groups = torch.tensor([True]), torch.tensor([False]), torch.tensor([0]), torch.tensor([0])
+    with pytest.raises(ValueError, match="reward mode must be one of"):
+        protocol_advantages(won, invalid, traj, groups, mode="episode")
+    with pytest.raises(ValueError, match="invalid_penalty must be >= 0"):
+        protocol_advantages(won, invalid, traj, groups, invalid_penalty=-0.1)
+    with pytest.raises(ValueError, match="must be"):
+        protocol_advantages(won, invalid, traj, torch.tensor([0, 0]))
 
 
 def test_grpo_zero_variance_and_singletons():

@@ -69,15 +69,49 @@ def test_replay_views_and_flags():
     assert get_method("grpo").replay_views == ()
     assert not get_method("opsd").policy_gradient
     assert get_method("sdar").gate_beta is None and get_method("grpo_opsd").gate_beta == 0.0
+    assert get_method("opsd").gate_beta is None  # SDAR's opsd_trainer scripts: gate_beta=5.0, the config's
     assert {n for n in NAMES if get_method(n).privileged_teacher} == {"opsd", "grpo_opsd", "rlsd", "sdar"}
     assert get_method("ocsd_random_select").selection == "random"
     assert get_method("ocsd_all_steps").selection == "all"
 
 
 def test_auxiliary_loss_weights():
-    assert get_method("opsd").aux_coef == 1.0  # OPSD's loss is the distillation term alone
-    assert get_method("sdar").aux_coef is None and get_method("grpo_opsd").aux_coef is None  # the config's
-    assert all(get_method(n).aux_coef is None for n in NAMES if get_method(n).aux_loss is None)
+    # every SDAR script weighs the distillation term by its sdar_coef (0.01), the config's
+    assert all(get_method(n).aux_coef is None for n in NAMES)
+
+
+@pytest.mark.parametrize("name, policy_gradient, gate_beta", [
+    ("opsd", False, None),  # SDAR examples/opsd_trainer/run_alfworld_qwen3.sh:8, 61
+    ("grpo_opsd", True, 0.0),  # SDAR examples/grpo_opsd_trainer/run_alfworld_qwen3.sh:8
+    ("sdar", True, None),  # SDAR examples/sdar_trainer/run_alfworld_qwen3.sh:8
+])
+def test_distilling_baselines_match_sdar_scripts(name, policy_gradient, gate_beta):
+    spec = get_method(name)
+    assert (spec.policy_gradient, spec.aux_loss, spec.gate_beta, spec.aux_coef, spec.advantage) == \
+        (policy_gradient, "gated_distill", gate_beta, None, "grpo")
+    assert spec.privileged_teacher
+
+
+def _aux_grad(spec, student, teacher, gate_beta=5.0):
+    s = student.clone().requires_grad_(True)
+    auxiliary_loss_matrix(spec, s, teacher, gate_beta=gate_beta).sum().backward()
+    return s.grad
+
+
+def test_opsd_gradient_depends_on_the_teacher():
+    rng = np.random.default_rng(4)
+    student = torch.from_numpy(-rng.exponential(size=(3, 5)))
+    teacher_a, teacher_b = student + 1.0, student - 1.0
+    opsd = get_method("opsd")
+    grad_a, grad_b = _aux_grad(opsd, student, teacher_a), _aux_grad(opsd, student, teacher_b)
+    assert not torch.allclose(grad_a, grad_b)
+    # d/ds [sg(g) (sg(T) - s)] = -g with g = sigmoid(5 (T - s)): more pull where the teacher is ahead
+    torch.testing.assert_close(grad_a, -torch.sigmoid(torch.full_like(student, 5.0)))
+    torch.testing.assert_close(grad_b, -torch.sigmoid(torch.full_like(student, -5.0)))
+    # GRPO+OPSD keeps SDAR's constant gate of 1/2: there the teacher drops out of the gradient
+    grpo_opsd = get_method("grpo_opsd")
+    torch.testing.assert_close(_aux_grad(grpo_opsd, student, teacher_a), torch.full_like(student, -0.5))
+    torch.testing.assert_close(_aux_grad(grpo_opsd, student, teacher_b), torch.full_like(student, -0.5))
 
 
 @pytest.mark.parametrize("fields, message", [
