@@ -12,6 +12,7 @@ from diagnostics.load import load
 from diagnostics.robustness import matched_keep
 from synth import make_run
 from test_commands import pooled_steps, run_json
+from tests.helpers import exit_and_stderr
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +55,6 @@ def test_robustness_warnings_name_the_setting_and_checkpoints(tmp_path):
     assert any(m.startswith("late stage: needs valid and invalid steps") for m in messages)
 
 
-def _exit(main, args, capsys) -> tuple[int, str]:
-    """Exit status and stderr of a command run in this process (argparse errors raise SystemExit)."""
-    try:
-        code = main(args)
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
-
-
 @pytest.mark.parametrize("main, args, flag", [
     (dratio.main, ["--eps", "nan"], "--eps"),
     (dratio.main, ["--eps", "inf"], "--eps"),
@@ -73,7 +65,7 @@ def _exit(main, args, capsys) -> tuple[int, str]:
     (tails.main, ["--top", "0"], "--top"),
 ])
 def test_bad_flags_exit_2_before_reading(tmp_path, capsys, main, args, flag):
-    code, err = _exit(main, ["--run", str(tmp_path / "missing"), *args], capsys)  # the flag is checked first
+    code, err = exit_and_stderr(main, ["--run", str(tmp_path / "missing"), *args], capsys)  # the flag is checked first
     assert code == 2 and flag in err and "missing" not in err and "Traceback" not in err
 
 
@@ -83,7 +75,7 @@ def test_out_naming_a_file_exits_2_before_work(two_runs, tmp_path, capsys, main,
     afile = tmp_path / "taken.txt"
     afile.write_text("keep me")
     out = afile if where == "file" else afile / "sub"
-    code, err = _exit(main, ["--run", str(two_runs[0]), "--out", str(out)], capsys)
+    code, err = exit_and_stderr(main, ["--run", str(two_runs[0]), "--out", str(out)], capsys)
     assert code == 2 and "--out" in err and f"{afile} is a file" in err and "Traceback" not in err
     assert afile.read_text() == "keep me"
 
@@ -96,7 +88,6 @@ def test_functions_refuse_settings_that_give_empty_results():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert matched_keep(np.array([True, False]), [0, 0], [0.1, 0.2], max_per_class=1).all()
-
 
 
 def test_checkpoint_names_list_the_first_few(two_runs):

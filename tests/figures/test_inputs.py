@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from figures import fig2_diagnosis, fig4_dynamics
+from tests.helpers import exit_and_stderr
 
 MODULES = ["figures", "figures.fig2_diagnosis", "figures.fig4_dynamics", "figures.fig6_cost", "figures.tables"]
 
@@ -15,22 +16,13 @@ def _main(module: str):
     return importlib.import_module(module if module != "figures" else "figures.__main__").main
 
 
-def _exit(main, args, capsys) -> tuple[int, str]:
-    """Exit status and stderr of a command run in this process (argparse errors raise SystemExit)."""
-    try:
-        code = main(args)
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
-
-
 @pytest.mark.parametrize("module", MODULES)
 @pytest.mark.parametrize("where", ["file", "under_file"])
 def test_out_naming_a_file_exits_2_before_work(runs, tmp_path, capsys, module, where):
     afile = tmp_path / "taken.png"
     afile.write_text("keep me")
     out = afile if where == "file" else afile / "figs"
-    code, err = _exit(_main(module), ["--run", str(runs["ocsd0"]), "--out", str(out)], capsys)
+    code, err = exit_and_stderr(_main(module), ["--run", str(runs["ocsd0"]), "--out", str(out)], capsys)
     assert code == 2 and "--out" in err and f"{afile} is a file" in err and "Traceback" not in err
     assert afile.read_text() == "keep me" and [p.name for p in tmp_path.iterdir()] == ["taken.png"]
 
@@ -41,7 +33,7 @@ BAD_NUMBERS = [(m, "--dpi", v) for m in MODULES[:4] for v in ("0", "-3")] + [
 
 @pytest.mark.parametrize("module, flag, value", BAD_NUMBERS)
 def test_bad_numbers_exit_2_naming_the_flag(tmp_path, capsys, module, flag, value):
-    code, err = _exit(_main(module), ["--run", str(tmp_path / "missing"), flag, value, "--out", str(tmp_path)],
+    code, err = exit_and_stderr(_main(module), ["--run", str(tmp_path / "missing"), flag, value, "--out", str(tmp_path)],
                       capsys)
     assert code == 2 and flag in err and "missing" not in err and "Traceback" not in err
 
@@ -65,6 +57,6 @@ def test_meta_of_the_wrong_type_is_refused(runs, tmp_path, capsys):
     run = shutil.copytree(runs["ocsd0"], tmp_path / "run")
     meta_path = run / "global_step_4" / "replay" / "meta.json"
     meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "views": "full"}))
-    code, err = _exit(fig2_diagnosis.main, ["--run", str(run), "--out", str(tmp_path / "out"), "--n-boot", "5"],
+    code, err = exit_and_stderr(fig2_diagnosis.main, ["--run", str(run), "--out", str(tmp_path / "out"), "--n-boot", "5"],
                       capsys)
     assert code == 2 and "key 'views'" in err and str(meta_path) in err and "Traceback" not in err
