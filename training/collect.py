@@ -112,13 +112,14 @@ def last_checkpoint(run_dir: Path, flag: str = "--model") -> Path:
     UsageError
         Naming ``flag`` when no checkpoint has saved weights.
     """
-    from ocsd.records import META_FILE, checkpoint_dirs
+    from ocsd.records import META_FILE, checkpoint_dirs, checkpoint_folders
 
     with_weights = [c for _, c in checkpoint_dirs(run_dir) if (c / "actor" / "config.json").is_file()]
     if not with_weights:
         raise UsageError(f"{flag}: {run_dir} is neither a checkpoint (global_step_<N>/actor/), a run folder with "
                          f"saved weights, nor a Hugging Face model folder (config.json)")
-    complete = [c for c in with_weights if (c / "replay" / META_FILE).is_file()]
+    has_records = set(checkpoint_folders(run_dir, warn=False))
+    complete = [c for c in with_weights if c in has_records]
     if not complete:
         return with_weights[-1]
     for later in with_weights[with_weights.index(complete[-1]) + 1:]:

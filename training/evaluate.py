@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ocsd.cli import UsageError, positive_int
+from ocsd.cli import UsageError, folder_problem, positive_int
 from ocsd.environments import EnvironmentSpec, RuntimeNotImplemented, environment_names, get_environment
 from training.collect import build_config, resolve_model_source
 
@@ -194,10 +194,7 @@ def _out_problem(path: Path) -> str | None:
     """Why the result cannot be written to ``path`` (it is a folder, or a folder above it is a file), or None."""
     if path.is_dir():
         return f"{path} is a folder, not a file"
-    for above in path.parents:
-        if above.exists():
-            return None if above.is_dir() else f"{above} is a file, not a folder"
-    return None
+    return folder_problem(path.parent)
 
 
 def _parser() -> argparse.ArgumentParser:

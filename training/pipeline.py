@@ -131,17 +131,9 @@ def record_tables(trajs: Sequence[Trajectory], stats: BatchStatistics, scores: R
     ``reward`` and ``advantage`` are the step's own (:attr:`BatchStatistics.rewards` and
     :attr:`BatchStatistics.advantages`), which differ within a trajectory under ``reward_mode=sdar``.
     """
-    steps, tokens = replay_tables(trajs, global_step=global_step, rewards=stats.returns,
-                                  advantages=np.zeros(len(trajs)), nll=stats.nll_by_key(),
-                                  selected=set(stats.selected_keys), scores=only_views(scores, views),
-                                  tokenizer=tokenizer, views=views)
-    # step rows come in the batch's (trajectory, step) row order
-    expected = [(trajs[t].uid, k) for t, k in stats.keys]
-    if (list(zip(steps["traj_uid"], steps["step_idx"])) if len(steps) else []) != expected:
-        raise ValueError("the step table's rows are not in the batch's (trajectory, step) order")
-    steps["reward"] = stats.rewards.astype(np.float64)
-    steps["advantage"] = stats.advantages.astype(np.float64)
-    return steps, tokens
+    return replay_tables(trajs, global_step=global_step, rewards=stats.rewards, advantages=stats.advantages,
+                         nll=stats.nll_by_key(), selected=set(stats.selected_keys), scores=only_views(scores, views),
+                         tokenizer=tokenizer, views=views)
 
 
 def replay_meta(cfg: TrainConfig, *, global_step: int, model: str, method: str, views: Sequence[str],

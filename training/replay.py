@@ -126,21 +126,27 @@ def replay_tables(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The ``steps`` and ``tokens`` tables of shared/CONTRACT.md for one checkpoint.
 
-    Every step of every trajectory gets a step row; token rows exist for scored steps only.
+    Every step of every trajectory gets a step row; token rows exist for scored steps only. ``rewards``
+    and ``advantages`` are per step, in (trajectory, step) row order.
     """
     step_rows: list[dict] = []
     token_cols: dict[str, list] = {c: [] for c in ("traj_uid", "step_idx", "token_idx", "token_id", "token")}
     token_cols.update({f"logp_{v}": [] for v in views})
     cache: dict[int, str] = {}
+    n_steps = sum(len(traj.steps) for traj in trajs)
+    if not len(rewards) == len(advantages) == n_steps:
+        raise ValueError(f"rewards and advantages need one value per step ({n_steps}); got {len(rewards)} and "
+                         f"{len(advantages)}")
+    row = -1
     for t, traj in enumerate(trajs):
         for sample in traj.steps:
-            key = (t, sample.step_idx)
+            key, row = (t, sample.step_idx), row + 1
             scored = key in scores.logp
             step_rows.append(dict(
                 global_step=global_step, traj_uid=traj.uid, group_uid=traj.group_uid, task_type=traj.task_type,
                 step_idx=sample.step_idx, num_steps=len(traj.steps), action=sample.action, operator=sample.operator,
                 obs_next=sample.obs_next, feedback_label=sample.feedback_label,
-                progress_label=sample.progress_label, reward=float(rewards[t]), advantage=float(advantages[t]),
+                progress_label=sample.progress_label, reward=float(rewards[row]), advantage=float(advantages[row]),
                 nll=float(nll[key]), selected=key in selected, scored=scored, n_tokens=len(sample.response_ids)))
             if not scored:
                 continue

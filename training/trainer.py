@@ -45,8 +45,8 @@ from ocsd.algorithm.advantages import linear_decay
 from ocsd.algorithm.methods import MethodSpec, TokenInputs, get_method, token_advantages, token_signal
 from ocsd.algorithm.signals import calibration_signal
 from ocsd.environments import get_environment
-from ocsd.records import (LOCK_FILE, META_FILE, METRICS_FILE, RECORDED_VIEWS, RUN_FILE, RecordError, RunLock,
-                          RunWriter, checkpoint_dirs, read_run_info, write_replay)
+from ocsd.records import (LOCK_FILE, METRICS_FILE, RECORDED_VIEWS, RUN_FILE, RecordError, RunLock,
+                          RunWriter, checkpoint_dirs, checkpoint_folders, read_run_info, write_replay)
 from training.config import TrainConfig
 from training.pipeline import collect_batch, record_tables, replay_meta, score_selected
 from training.policy import Policy, load_policy, timed
@@ -88,10 +88,8 @@ def changed_settings(previous: dict, current: dict) -> list[str]:
 
 def resume_point(run_dir: str | os.PathLike) -> Path | None:
     """The last checkpoint with complete replay scores and trainer state, if any."""
-    for _, path in reversed(checkpoint_dirs(run_dir)):
-        if (path / "replay" / META_FILE).exists() and (path / "actor" / STATE_FILE).exists():
-            return path
-    return None
+    resumable = [path for path in checkpoint_folders(run_dir, warn=False) if (path / "actor" / STATE_FILE).exists()]
+    return resumable[-1] if resumable else None
 
 
 def _previous_run(run_dir: Path) -> dict | None:
@@ -144,8 +142,7 @@ def check_run_folder(cfg: TrainConfig) -> Path | None:
         raise RunFolderError(f"run_dir: {run_dir} holds a run with other settings ({'; '.join(changed)}); use "
                              f"another run_dir to keep it, or its settings to resume it (overwrite=true replaces it)")
     point = resume_point(run_dir)
-    complete = [path for _, path in ckpts if (path / "replay" / META_FILE).exists()]
-    if point is None and complete:
+    if point is None and checkpoint_folders(run_dir, warn=False):
         raise RunFolderError(f"run_dir: {run_dir} holds complete checkpoints without trainer state "
                              f"(actor/{STATE_FILE}: saved with save_weights=false), which cannot be resumed; use "
                              f"another run_dir to keep them, or overwrite=true to replace them")
