@@ -67,6 +67,8 @@ class ModelSource:
         The run's ``run.json`` (empty when there is none).
     label : str
         A short name: the run name of a checkpoint, else the model name.
+    warm_start : str or None
+        An exported warm-start adapter merged into ``model`` (:mod:`training.warm_start`).
     """
 
     spec: str
@@ -75,6 +77,7 @@ class ModelSource:
     checkpoint: Path | None
     run_info: dict
     label: str
+    warm_start: str | None = None
 
 
 def _step_of(ckpt: Path, actor: Path, flag: str) -> int:
@@ -130,7 +133,8 @@ def last_checkpoint(run_dir: Path, flag: str = "--model") -> Path:
 
 def resolve_model_source(spec: str, *, flag: str = "--model") -> ModelSource:
     """Resolve a base model name, a checkpoint (``global_step_N`` or its ``actor/``), a run folder (its
-    last complete checkpoint with weights, :func:`last_checkpoint`) or a Hugging Face folder.
+    last complete checkpoint with weights, :func:`last_checkpoint`; an SFT run's last checkpoint), an
+    exported warm-start adapter (:mod:`training.warm_start`) or a Hugging Face folder.
 
     Raises
     ------
@@ -144,6 +148,17 @@ def resolve_model_source(spec: str, *, flag: str = "--model") -> ModelSource:
         raise UsageError(f"{flag}: {spec!r} is not 'smollm2', 'tiny' or an existing folder (no such path)")
     if not path.is_dir():
         raise UsageError(f"{flag}: {spec!r} is a file; expected a checkpoint or model folder")
+    if (path / "adapter_config.json").is_file():
+        from training.warm_start import WarmStartError, resolve_warm_start
+
+        try:
+            warm = resolve_warm_start(path)
+        except WarmStartError as exc:
+            raise UsageError(f"{flag}: {exc}") from None
+        if not warm.base_model:
+            raise UsageError(f"{flag}: {path} is a LoRA adapter without warm_start.json naming its base model "
+                             f"(export it with python -m training.sft --export)")
+        return ModelSource(spec, warm.base_model, 0, None, {}, path.name, warm_start=str(path))
     if (path / "actor").is_dir():
         ckpt, actor = path, path / "actor"
     elif path.name == "actor" and (path / "config.json").is_file():
@@ -182,7 +197,7 @@ def build_config(source: ModelSource, *, config_path: str | None, overrides: Seq
         values.update(read_config_file(config_path))
     values.update(parse_overrides(overrides))
     values.update({k: v for k, v in flags.items() if v is not None})
-    values.update(model=source.model, lora_rank=0, kl_coef=0.0, resume=False)
+    values.update(model=source.model, warm_start=source.warm_start, lora_rank=0, kl_coef=0.0, resume=False)
     return make_config(values, source="command line")
 
 

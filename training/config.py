@@ -117,6 +117,9 @@ class TrainConfig:
     dtype: str = _doc("parameter dtype: float32, bfloat16 or float16", "float32")
     lora_rank: int = _doc("LoRA rank via peft (0: full fine-tuning)", 0, NON_NEGATIVE_INT)
     lora_alpha: int = _doc("LoRA alpha", 32, COUNT)
+    warm_start: str | None = _doc("start from a supervised warm start (python -m training.sft): its run folder, a "
+                                  "checkpoint (global_step_N or its actor/) or an exported adapter folder; its "
+                                  "weights replace the model's before training (LoRA then trains on top)", None)
     # environment
     env: str = _doc("environment name", "alfworld")
     data: str | None = _doc("where games come from: a real ALFWorld data folder (json_2.1.1 layout) or 'generated' "
@@ -201,10 +204,7 @@ class TrainConfig:
             get_environment(self.env).check_runtime()
         except RuntimeNotImplemented as exc:
             raise ConfigError(f"env: {exc}") from None
-        for item in fields(self):
-            allowed = item.metadata.get("range")
-            if allowed is not None and getattr(self, item.name) not in allowed:
-                raise ConfigError(f"{item.name}={getattr(self, item.name)!r}: must be {allowed}")
+        check_ranges(self)
         checks = [
             ("dtype", self.dtype in ("float32", "bfloat16", "float16"), "must be float32, bfloat16 or float16"),
             ("kl_type", self.kl_type in ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"),
@@ -218,18 +218,14 @@ class TrainConfig:
         for name, ok, why in checks:
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r}: {why}")
-        why = device_problem(self.device)
-        if why is not None:
-            raise ConfigError(f"device={self.device!r}: {why}")
-        why = model_problem(self.model)
-        if why is not None:
-            raise ConfigError(f"model: {why}")
-        if self.data not in (None, GENERATED) and not Path(self.data).expanduser().is_dir():
-            raise ConfigError(f"data: folder {self.data!r} does not exist (or data=generated for generated games)")
-        for name in ("run_dir", "games_dir"):
-            problem = folder_problem(getattr(self, name))
-            if problem:
-                raise ConfigError(f"{name}={getattr(self, name)!r}: {problem}")
+        check_common(self)
+        if self.warm_start is not None:
+            from training.warm_start import WarmStartError, resolve_warm_start
+
+            try:
+                resolve_warm_start(self.warm_start)
+            except WarmStartError as exc:
+                raise ConfigError(f"warm_start: {exc}") from None
 
     def to_dict(self) -> dict:
         """Plain dict of every field."""
@@ -245,14 +241,62 @@ class TrainConfig:
             Naming ``data`` when neither it nor ``$ALFWORLD_DATA`` is set (generated games are never a
             silent fallback).
         """
-        if self.data == GENERATED:
-            return None
-        from training.envs.alfworld_game import user_data_folder
+        return data_root_of(self.data)
 
-        root = self.data or user_data_folder()
-        if root is None:
-            raise ConfigError(NO_DATA)
-        return root
+
+def data_root_of(data: str | None) -> str | None:
+    """The real-data folder a ``data`` setting names (``$ALFWORLD_DATA`` when unset); None for ``generated``.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``data`` when neither it nor ``$ALFWORLD_DATA`` is set.
+    """
+    if data == GENERATED:
+        return None
+    from training.envs.alfworld_game import user_data_folder
+
+    root = data or user_data_folder()
+    if root is None:
+        raise ConfigError(NO_DATA)
+    return root
+
+
+def check_ranges(config: Any) -> None:
+    """Check every numeric field of a config dataclass against its :class:`Range`.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first field outside its range and the range.
+    """
+    for item in fields(config):
+        allowed = item.metadata.get("range")
+        if allowed is not None and getattr(config, item.name) not in allowed:
+            raise ConfigError(f"{item.name}={getattr(config, item.name)!r}: must be {allowed}")
+
+
+def check_common(config: Any) -> None:
+    """The checks every run config shares: ``device``, ``model``, ``data`` and the folders ``run_dir`` and
+    ``games_dir``.
+
+    Raises
+    ------
+    ConfigError
+        Naming the setting.
+    """
+    why = device_problem(config.device)
+    if why is not None:
+        raise ConfigError(f"device={config.device!r}: {why}")
+    why = model_problem(config.model)
+    if why is not None:
+        raise ConfigError(f"model: {why}")
+    if config.data not in (None, GENERATED) and not Path(config.data).expanduser().is_dir():
+        raise ConfigError(f"data: folder {config.data!r} does not exist (or data=generated for generated games)")
+    for name in ("run_dir", "games_dir"):
+        problem = folder_problem(getattr(config, name))
+        if problem:
+            raise ConfigError(f"{name}={getattr(config, name)!r}: {problem}")
 
 
 def device_problem(device: str) -> str | None:
@@ -293,12 +337,12 @@ def model_problem(model: str) -> str | None:
     return None
 
 
-def _field_types() -> dict[str, Any]:
-    return {f.name: f.type for f in fields(TrainConfig)}
+def _field_types(cls: type | None = None) -> dict[str, Any]:
+    return {f.name: f.type for f in fields(cls or TrainConfig)}
 
 
-def _coerce(name: str, value: Any) -> Any:
-    kind = _field_types()[name]
+def _coerce(name: str, value: Any, cls: type | None = None) -> Any:
+    kind = _field_types(cls)[name]
     kind = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
     if value is None:
         if "None" in kind:
@@ -352,16 +396,18 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _check_keys(values: dict[str, Any], source: str) -> None:
-    unknown = sorted(set(values) - set(_field_types()))
+def _check_keys(values: dict[str, Any], source: str, cls: type | None = None) -> None:
+    unknown = sorted(set(values) - set(_field_types(cls)))
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {unknown}; see --help-config for the known keys")
 
 
-def make_config(values: dict[str, Any], *, source: str = "config") -> TrainConfig:
-    """Build a checked config; unknown keys are an error naming the key and ``source``."""
-    _check_keys(values, source)
-    return TrainConfig(**{k: _coerce(k, v) for k, v in values.items()})
+def make_config(values: dict[str, Any], *, source: str = "config", cls: type | None = None):
+    """Build a checked config (a :class:`TrainConfig`, or another config dataclass ``cls`` such as
+    :class:`training.sft.SFTConfig`); unknown keys are an error naming the key and ``source``."""
+    cls = cls or TrainConfig
+    _check_keys(values, source, cls)
+    return cls(**{k: _coerce(k, v, cls) for k, v in values.items()})
 
 
 def read_config_file(path: str | os.PathLike) -> dict:
@@ -384,26 +430,27 @@ def read_config_file(path: str | os.PathLike) -> dict:
     return loaded
 
 
-def load_config(path: str | os.PathLike | None, overrides: Sequence[str] = ()) -> TrainConfig:
+def load_config(path: str | os.PathLike | None, overrides: Sequence[str] = (), *, cls: type | None = None):
     """Read a YAML config (or defaults when ``path`` is None) and apply ``key=value`` overrides.
 
     The config of a run must name its games: ``data`` (a folder or ``generated``) or ``$ALFWORLD_DATA``;
-    without either this raises :class:`ConfigError` naming ``data``.
+    without either this raises :class:`ConfigError` naming ``data``. ``cls`` is the config dataclass
+    (default :class:`TrainConfig`).
     """
     values: dict[str, Any] = {}
     if path is not None:
         values.update(read_config_file(path))
-        _check_keys(values, str(path))  # name the file when its own keys are wrong
+        _check_keys(values, str(path), cls)  # name the file when its own keys are wrong
     # values are checked once, overrides applied: a file's device=cuda may be overridden on a CPU machine
     values.update(parse_overrides(overrides))
-    cfg = make_config(values, source="command line")
+    cfg = make_config(values, source="command line", cls=cls)
     _ = cfg.data_root  # raises ConfigError(NO_DATA) when no games are named
     return cfg
 
 
-def describe() -> str:
-    """A table of every key, its default and its description."""
-    rows = [(f.name, repr(f.default), f.metadata.get("doc", "")) for f in fields(TrainConfig)]
+def describe(cls: type | None = None) -> str:
+    """A table of every key of a config dataclass (default :class:`TrainConfig`), its default and its description."""
+    rows = [(f.name, repr(f.default), f.metadata.get("doc", "")) for f in fields(cls or TrainConfig)]
     width = max(len(r[0]) for r in rows)
     dwidth = max(len(r[1]) for r in rows)
     return "\n".join(f"{n:<{width}}  {d:<{dwidth}}  {doc}" for n, d, doc in rows)

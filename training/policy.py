@@ -7,6 +7,9 @@ quantities of paper Algorithm 1 and the replay records.
 
 from __future__ import annotations
 
+import copy
+import os
+import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,22 +33,32 @@ def timed(timings: dict[str, float], name: str):
         timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
 
 
-def load_policy(cfg: TrainConfig, init_from: Path | None = None):
+def load_policy(cfg, init_from: Path | None = None):
     """Tokenizer and policy model (LoRA-wrapped when ``lora_rank > 0``), in eval mode on ``cfg.device``.
 
-    ``init_from`` is a checkpoint's ``actor/`` folder: its weights (or LoRA adapter) replace the
-    initial ones.
+    The initial weights are the base model's (``cfg.model``), or the warm start's when ``cfg.warm_start``
+    names one (:mod:`training.warm_start`). ``init_from`` is a checkpoint's ``actor/`` folder: its weights
+    (or, with LoRA, its adapter on top of the initial weights) replace the initial ones.
+    ``cfg`` is a :class:`TrainConfig` or any config with its model fields (``model``, ``seed``,
+    ``lora_rank``, ``lora_alpha``, ``device``, ``dtype``, ``warm_start``).
     """
     from ocsd.replay.models import load_model, load_tokenizer, resolve_dtype, tiny_model
+    from training.warm_start import merge_adapter, resolve_warm_start
 
     tokenizer = load_tokenizer("smollm2" if cfg.model == "tiny" else cfg.model)
     lora = cfg.lora_rank > 0
+    warm = resolve_warm_start(cfg.warm_start) if getattr(cfg, "warm_start", None) else None
     if init_from is not None and not lora:
         model = load_model(init_from, device="cpu", dtype=torch.float32)
+        warm = None  # the checkpoint's weights already hold it
+    elif warm is not None and warm.weights is not None:
+        model = load_model(warm.weights, device="cpu", dtype=torch.float32)
     elif cfg.model == "tiny":
         model = tiny_model(vocab_size=len(tokenizer), seed=cfg.seed)
     else:
         model = load_model(cfg.model, device="cpu", dtype=torch.float32)
+    if warm is not None and warm.adapter is not None:
+        model = merge_adapter(model, warm.adapter)
     if lora:
         from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -59,6 +72,28 @@ def load_policy(cfg: TrainConfig, init_from: Path | None = None):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer, model
+
+
+def write_actor(folder: Path, model, tokenizer, state: dict) -> Path:
+    """Write a checkpoint's ``actor/`` atomically: a Hugging Face folder (LoRA merged), the LoRA adapter in
+    ``adapter/``, the tokenizer, and ``state`` (optimizer state, ``global_step``, ...) in ``trainer_state.pt``.
+
+    The folder is written beside ``folder`` and renamed into place, so an interrupted write leaves the
+    previous ``actor/`` (or none), never a partial one.
+    """
+    tmp = folder.parent / f".{folder.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    if hasattr(model, "peft_config"):
+        model.save_pretrained(tmp / "adapter")
+        copy.deepcopy(model).merge_and_unload().save_pretrained(tmp, safe_serialization=True)
+    else:
+        model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    torch.save(state, tmp / "trainer_state.pt")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    return folder
 
 
 class Policy:

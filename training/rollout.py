@@ -136,6 +136,27 @@ def fit_history(render: Callable[[int], list[int]], n_history: int, max_len: int
     return ids, 0
 
 
+def step_prompt(renderer: PromptRenderer, env_name: str, *, task: str, history: list[tuple[str, str]], obs: str,
+                admissible: Sequence[str], history_length: int, max_prompt_length: int) -> tuple[list[int], int]:
+    """The interaction prompt of one step, as token ids, and the history pairs it shows.
+
+    The prompt shows the last ``history_length`` (o_j, a_j) pairs of ``history`` that fit
+    ``max_prompt_length`` tokens (:func:`fit_history`). Rollouts and supervised demonstrations
+    (:mod:`training.sft`) both build their contexts here, so a warm start is trained on the prompts
+    it acts on.
+    """
+    def render(h: int) -> list[int]:
+        text = interaction_text(env_name, task=task, step_idx=len(history), history=history, current_obs=obs,
+                                admissible_actions=list(admissible), history_length=h)
+        return renderer.render_ids(text)
+
+    return fit_history(render, min(history_length, len(history)), max_prompt_length)
+
+
+Responder = Callable[[list[int], list[list[int]]], list[list[int]]]
+"""``respond(active, prompts) -> responses``: token ids answering each prompt of the active environments."""
+
+
 def rollout(
     model,
     tokenizer,
@@ -149,6 +170,7 @@ def rollout(
     settings: GenerationSettings,
     progress: bool = True,
     desc: str = "rollout",
+    respond: Responder | None = None,
 ) -> list[Trajectory]:
     """Play every environment of ``env`` to the end (win, loss or step cap).
 
@@ -168,6 +190,10 @@ def rollout(
     history_length, max_prompt_length : int
         History window, and the prompt-length cap enforced by dropping older history pairs.
     settings : GenerationSettings
+    respond : callable, optional
+        ``respond(active, prompts) -> response ids``: what answers the prompts of the environments
+        ``active`` (indices into ``tasks``) instead of sampling from ``model`` (an expert's
+        demonstrations, :mod:`training.sft`); each response should end with a stop token.
     """
     observations = env.reset()
     trajs = [Trajectory(uid=t["uid"], group_uid=t["group_uid"], task=o.task, task_type=o.task_type, game=o.game)
@@ -183,16 +209,14 @@ def rollout(
             traj, (obs, admissible) = trajs[i], current[i]
             history = [(s.obs, s.action) for s in traj.steps]
             histories.append(history)
-
-            def render(h, traj=traj, obs=obs, admissible=admissible, history=history):
-                text = interaction_text(env_name, task=traj.task, step_idx=len(traj.steps), history=history,
-                                        current_obs=obs, admissible_actions=admissible, history_length=h)
-                return renderer.render_ids(text)
-
-            ids, h = fit_history(render, min(history_length, len(history)), max_prompt_length)
+            ids, h = step_prompt(renderer, env_name, task=traj.task, history=history, obs=obs, admissible=admissible,
+                                 history_length=history_length, max_prompt_length=max_prompt_length)
             prompts.append(ids)
             shown.append(h)
-        responses = generate(model, tokenizer, prompts, settings)
+        if respond is None:
+            responses = generate(model, tokenizer, prompts, settings)
+        else:
+            responses = respond(active, prompts)
         actions, samples = [], {}
         for j, i in enumerate(active):
             text = tokenizer.decode(responses[j], skip_special_tokens=True)

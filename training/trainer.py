@@ -49,8 +49,9 @@ from ocsd.records import (LOCK_FILE, METRICS_FILE, RECORDED_VIEWS, RUN_FILE, Rec
                           RunWriter, checkpoint_dirs, checkpoint_folders, read_run_info, write_replay)
 from training.config import TrainConfig
 from training.pipeline import collect_batch, record_tables, replay_meta, score_selected
-from training.policy import Policy, load_policy, timed
+from training.policy import Policy, load_policy, timed, write_actor
 from training.replay import ReplayScores, StepKey
+from training.envs.runtime import step_share
 from training.rollout import Trajectory
 from training.teachers import skill_prefix, teacher_prompt_ids
 from training.update import LossSettings, UpdateBatch, ppo_update
@@ -268,18 +269,8 @@ class Trainer:
         replay = self.writer.replay_dir(step)
         (replay / "meta.json").unlink(missing_ok=True)
         if self.cfg.save_weights:
-            tmp = ckpt / ".actor.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-            if hasattr(self.model, "peft_config"):
-                self.model.save_pretrained(tmp / "adapter")
-                copy.deepcopy(self.model).merge_and_unload().save_pretrained(tmp, safe_serialization=True)
-            else:
-                self.model.save_pretrained(tmp, safe_serialization=True)
-            self.tokenizer.save_pretrained(tmp)
-            torch.save({"optimizer": self.optimizer.state_dict(), "global_step": step}, tmp / "trainer_state.pt")
-            shutil.rmtree(ckpt / "actor", ignore_errors=True)
-            os.replace(tmp, ckpt / "actor")
+            write_actor(ckpt / "actor", self.model, self.tokenizer,
+                        {"optimizer": self.optimizer.state_dict(), "global_step": step})
         write_replay(replay, steps_df, tokens_df, meta)
         return ckpt
 
@@ -372,13 +363,15 @@ class Trainer:
 
     def _metrics(self, step, trajs, stats, inputs, token_adv, scores, update_metrics) -> dict:
         won = np.array([t.won for t in trajs], dtype=float)
+        all_steps = [s for t in trajs for s in t.steps]
         adv_step, selected = stats.advantages, stats.selected
         # a trajectory's advantage: the mean over its steps (all equal under reward_mode=trajectory)
         adv_traj = np.bincount(stats.traj_of_row, adv_step, len(trajs)) / np.bincount(stats.traj_of_row,
                                                                                         minlength=len(trajs))
         row = {"step": step, "reward_mean": float(stats.returns.mean()), "success_rate": float(won.mean()),
                "episode_length": float(np.mean([len(t.steps) for t in trajs])),
-               "invalid_action_rate": float(np.mean([not s.well_formed for t in trajs for s in t.steps])),
+               "well_formed_rate": step_share(all_steps, lambda s: s.well_formed),
+               "invalid_action_rate": step_share(all_steps, lambda s: s.feedback_label == "invalid"),
                "adv/traj_mean": float(adv_traj.mean()), "adv/traj_abs_mean": float(np.abs(adv_traj).mean()),
                "adv/step_mean": float(adv_step.mean()), "adv/step_abs_mean": float(np.abs(adv_step).mean()),
                "adv/token_mean": float(token_adv[inputs.mask].mean()),

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("no_user_data")
 
 REPO = Path(__file__).resolve().parents[2]
 KEYS = {"model", "checkpoint", "global_step", "env", "tasks_from", "split", "max_steps", "greedy", "n",
-        "successes", "success_rate", "per_type", "mean_steps", "invalid_action_rate", "time_s",
+        "successes", "success_rate", "per_type", "mean_steps", "well_formed_rate", "invalid_action_rate", "time_s",
         "do_sample", "temperature", "top_p", "sample_seed", "tasks", "repeats", "ci_low", "ci_high", "ci_level"}
 
 
@@ -90,14 +90,16 @@ def test_success_metrics_against_counting():
     for i, (task_type, won) in enumerate([("pick", 1), ("pick", 0), ("heat", 1), ("look", 0), ("pick", 1)]):
         t = Trajectory(uid=str(i), group_uid=str(i), task="t", task_type=task_type, game="g", won=bool(won))
         t.steps = [StepSample(step_idx=k, obs="", admissible=[], history=[], history_shown=0, prompt_ids=[1],
-                              response_ids=[1], response_text="", action="", well_formed=k % 2 == 0)
+                              response_ids=[1], response_text="", action="", well_formed=k % 2 == 0,
+                              feedback_label=("invalid", "valid", "ambiguous")[k % 3])
                    for k in range(i + 1)]
         trajs.append(t)
     m = success_metrics(trajs)
     assert m["success_rate"] == pytest.approx(3 / 5)
     assert m["per_type"]["pick"] == {"n": 3, "successes": 2, "success_rate": pytest.approx(2 / 3)}
     assert m["mean_steps"] == pytest.approx(3.0)
-    assert m["invalid_action_rate"] == pytest.approx(6 / 15)
+    assert m["well_formed_rate"] == pytest.approx(9 / 15)
+    assert m["invalid_action_rate"] == pytest.approx(7 / 15)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -2,12 +2,14 @@
 
 Tasks are real games of a data folder or generated games (:class:`training.envs.games.GameSource`);
 evaluation plays the first ``n`` games of a validation split and reports success overall and per task
-type (:func:`training.envs.runtime.success_metrics`).
+type (:func:`training.envs.runtime.success_metrics`); demonstrations are the planner's walkthroughs with
+templated reasons (:func:`training.envs.alfworld_expert.demonstration`).
 """
 
 from __future__ import annotations
 
 from training.envs.alfworld_engine import AlfworldDataError
+from training.envs.alfworld_expert import demonstration
 from training.envs.games import GameSource
 from training.envs.runtime import EnvironmentRuntime, success_metrics
 
@@ -24,5 +26,5 @@ def evaluation_tasks(cfg, split: str | None, n: int | None) -> tuple[GameSource,
 
 
 RUNTIME = EnvironmentRuntime(task_source=GameSource.from_config, evaluation_tasks=evaluation_tasks,
-                             metrics=success_metrics, data_error=AlfworldDataError)
+                             metrics=success_metrics, data_error=AlfworldDataError, demonstration=demonstration)
 """The runtime of :data:`ocsd.environments.alfworld.ALFWORLD`."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-__all__ = ["EnvironmentRuntime", "success_metrics"]
+__all__ = ["EnvironmentRuntime", "step_share", "success_metrics"]
 
 
 @dataclass(frozen=True)
@@ -35,12 +35,17 @@ class EnvironmentRuntime:
         metric names of the registry entry's evaluation protocol.
     data_error : type of Exception
         The error the engine raises for missing or unusable task data (a usage error, exit status 2).
+    demonstration : callable or None
+        ``demonstration(task) -> [(action, reason), ...]``: an expert's winning play of one task with a
+        short reason per step, for supervised warm starts (:mod:`training.sft`); None when the
+        environment has no expert.
     """
 
     task_source: Callable[..., Any]
     evaluation_tasks: Callable[[Any, str | None, int | None], tuple[Any, str]]
     metrics: Callable[[Sequence], dict]
     data_error: type[Exception]
+    demonstration: Callable[[Any], list[tuple[str, str]]] | None = None
 
 
 def success_metrics(trajs: Sequence) -> dict:
@@ -50,7 +55,9 @@ def success_metrics(trajs: Sequence) -> dict:
     -------
     dict
         ``n``, ``successes``, ``success_rate``, ``per_type`` {type: {n, successes, success_rate}},
-        ``mean_steps`` and ``invalid_action_rate`` (steps without a well-formed action).
+        ``mean_steps``, ``well_formed_rate`` (steps whose output has a well-formed action) and
+        ``invalid_action_rate`` (steps whose action the environment rejected, feedback label ``invalid``:
+        not admissible or without effect; malformed outputs included).
     """
     per_type: dict[str, dict] = {}
     for t in trajs:
@@ -65,4 +72,10 @@ def success_metrics(trajs: Sequence) -> dict:
             "success_rate": sum(int(bool(t.won)) for t in trajs) / n if n else float("nan"),
             "per_type": dict(sorted(per_type.items())),
             "mean_steps": sum(len(t.steps) for t in trajs) / n if n else float("nan"),
-            "invalid_action_rate": sum(not s.well_formed for s in steps) / len(steps) if steps else float("nan")}
+            "well_formed_rate": step_share(steps, lambda s: s.well_formed),
+            "invalid_action_rate": step_share(steps, lambda s: s.feedback_label == "invalid")}
+
+
+def step_share(steps: Sequence, test: Callable[[Any], bool]) -> float:
+    """Share of ``steps`` for which ``test`` holds (nan without steps)."""
+    return sum(bool(test(s)) for s in steps) / len(steps) if steps else float("nan")

@@ -1,0 +1,569 @@
+"""``python -m training.sft [--config F] [key=value ...]``: a supervised warm start from expert demonstrations.
+
+Agents are warm-started by behaviour cloning before RL. The demonstrations are an expert's winning plays
+(ALFWorld: the planner's walkthrough with a templated reason per step,
+:mod:`training.envs.alfworld_expert`) played through the same rollout as the policy's
+(:func:`training.rollout.rollout` with the expert answering), so every context is exactly the
+interaction prompt the policy acts on: same renderer, history window and prompt-length fitting. The
+target is the response ``<reason>...</reason><action>...</action>`` and the end-of-turn token; the loss is
+the mean negative log-likelihood of the response tokens (prompt tokens carry none).
+
+The run folder (``run_dir``)::
+
+    sft.json                    config, games, demonstration counts, and at the end how it was made
+    demonstrations/             train.parquet, valid.parquet (the token ids) and info.json
+    metrics.jsonl               one line per optimizer step (loss, lr, grad norm); held-out loss at saves
+    global_step_N/actor/        the trainer's actor/ layout (LoRA merged, adapter/, trainer_state.pt)
+
+``training.train warm_start=RUN_DIR``, ``training.collect --model RUN_DIR`` and ``training.evaluate --ckpt
+RUN_DIR`` take the run's last checkpoint. ``python -m training.sft --export RUN_DIR --out DIR`` writes its
+LoRA adapter (bfloat16) with ``warm_start.json`` (base model, command, data, seed, commit, hardware,
+minutes): a warm start small enough to keep in a repository.
+
+Exit status: 0 done, 1 the run stopped, 2 a config error or a ``run_dir`` it must not replace, 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from training.config import (COUNT, GENERATED, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, ConfigError, Range,
+                             _doc, check_common, check_ranges, data_root_of, describe, load_config)
+
+__all__ = ["SFTConfig", "SFTRun", "build_demonstrations", "demonstration_rows", "lr_at", "main", "sft_step"]
+
+SFT_FILE = "sft.json"
+DEMO_DIR = "demonstrations"
+METRICS = "metrics.jsonl"
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """All settings of a supervised warm start (``python -m training.sft --help-config`` lists them)."""
+
+    run_name: str = _doc("run name written to sft.json", "sft")
+    run_dir: str = _doc("folder the run is written to (one writer at a time)", "checkpoints/sft")
+    seed: int = _doc("seed of the generated games, the data order and the model's LoRA initialisation", 0,
+                     Range(0, 2**63 - 1, integer=True))
+    resume: bool = _doc("continue from the last checkpoint in run_dir (false: refused when run_dir holds one)", True)
+    overwrite: bool = _doc("delete run_dir's checkpoints, metrics and demonstrations and start again", False)
+    model: str = _doc("'smollm2' (shipped GGUF), 'tiny' (random, tests), or a local Hugging Face folder", "smollm2")
+    device: str = _doc("'cpu', 'cuda' or 'cuda:N'", "cpu")
+    dtype: str = _doc("parameter dtype: float32, bfloat16 or float16", "float32")
+    lora_rank: int = _doc("LoRA rank via peft (0: full fine-tuning)", 8, NON_NEGATIVE_INT)
+    lora_alpha: int = _doc("LoRA alpha", 16, COUNT)
+    env: str = _doc("environment name (its runtime must have an expert)", "alfworld")
+    data: str | None = _doc("where games come from: a real ALFWorld data folder or 'generated' (into games_dir); "
+                            "unset: $ALFWORLD_DATA", None)
+    games_dir: str = _doc("where generated games are kept", "checkpoints/sft_games")
+    n_train_games: int = _doc("demonstration games (generated, or the first of train_split)", 480, COUNT)
+    n_val_games: int = _doc("held-out games whose demonstrations give the validation loss", 24, COUNT)
+    train_split: str = _doc("split of real data the demonstrations come from", "train")
+    val_split: str = _doc("split of real data for the validation loss", "valid_seen")
+    max_steps: int = _doc("step cap of a demonstration episode", 50, COUNT)
+    history_length: int = _doc("observation/action pairs of history in the prompt (as the policy will act)", 2,
+                               NON_NEGATIVE_INT)
+    max_prompt_length: int = _doc("longest prompt in tokens; history is shortened to fit (as in rollouts)", 2048,
+                                  COUNT)
+    epochs: int = _doc("passes over the demonstrations", 3, COUNT)
+    batch_size: int = _doc("demonstration steps per optimizer step", 32, COUNT)
+    lr: float = _doc("AdamW peak learning rate (linear warm-up, then linear decay to 0)", 2e-4, POSITIVE)
+    warmup_ratio: float = _doc("warm-up share of the optimizer steps", 0.05, Range(0, 1, high_open=True))
+    weight_decay: float = _doc("AdamW weight decay", 0.0, NON_NEGATIVE)
+    grad_clip: float = _doc("gradient-norm clipping", 1.0, POSITIVE)
+    micro_batch_tokens: int = _doc("padded tokens per forward/backward micro-batch", 16384, COUNT)
+    max_updates: int = _doc("stop after this many optimizer steps (0: all epochs)", 0, NON_NEGATIVE_INT)
+    save_freq: int = _doc("write a checkpoint every N optimizer steps (and at the end)", 100, COUNT)
+    keep_checkpoints: int = _doc("checkpoints kept (older ones are deleted)", 2, COUNT)
+    progress: bool = _doc("show progress bars", True)
+
+    def __post_init__(self) -> None:
+        from ocsd.environments import environment_names
+
+        if self.env not in environment_names():
+            raise ConfigError(f"env: unknown {self.env!r}; known: {', '.join(environment_names())}")
+        check_ranges(self)
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ConfigError(f"dtype={self.dtype!r}: must be float32, bfloat16 or float16")
+        check_common(self)
+
+    @property
+    def data_root(self) -> str | None:
+        """Real data folder, or None for generated games (see :func:`training.config.data_root_of`)."""
+        return data_root_of(self.data)
+
+    def to_dict(self) -> dict:
+        """Plain dict of every field."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# settings that may differ when a run resumes; any other difference is another run
+RESUMABLE = frozenset({"run_dir", "games_dir", "progress", "resume", "overwrite", "save_freq", "keep_checkpoints",
+                       "device", "micro_batch_tokens", "max_updates"})
+# settings that decide the demonstrations (a change rebuilds them)
+DEMO_KEYS = ("env", "data", "n_train_games", "n_val_games", "train_split", "val_split", "seed", "model",
+             "max_steps", "history_length", "max_prompt_length")
+
+
+# ----------------------------------------------------------------------------------------------
+# demonstrations
+# ----------------------------------------------------------------------------------------------
+
+
+def response_ids(tokenizer, action: str, reason: str) -> list[int]:
+    """Token ids of the response ``<reason>reason</reason><action>action</action>`` and the stop token."""
+    from training.rollout import stop_ids
+
+    text = f"<reason>{reason}</reason><action>{action}</action>"
+    return list(tokenizer.encode(text, add_special_tokens=False)) + [stop_ids(tokenizer)[0]]
+
+
+def expert_episodes(source, specs: Sequence, demonstration, tokenizer, renderer, *, env: str, max_steps: int,
+                    history_length: int, max_prompt_length: int, chunk: int = 32, progress: bool = True):
+    """Play every task of ``specs`` with the expert answering through :func:`training.rollout.rollout`.
+
+    Returns the trajectories (one per task); a task whose demonstration does not win is still returned
+    (``won`` False), and the caller decides.
+    """
+    from tqdm.auto import tqdm
+
+    from training.rollout import GenerationSettings, rollout
+
+    trajs = []
+    bar = tqdm(total=len(specs), desc="demonstrations", unit="game", disable=not progress)
+    for start in range(0, len(specs), chunk):
+        part = list(specs[start:start + chunk])
+        plays = [demonstration(spec) for spec in part]
+        answers = [[response_ids(tokenizer, a, r) for a, r in play] for play in plays]
+        taken = [0] * len(part)
+
+        def respond(active: list[int], prompts: list[list[int]]) -> list[list[int]]:
+            out = []
+            for i in active:
+                k = taken[i]
+                taken[i] += 1
+                # a play that ran out without a win answers "look" until the step cap; it is not kept
+                out.append(answers[i][k] if k < len(answers[i]) else response_ids(tokenizer, "look", "I look around."))
+            return out
+
+        envs = source.make_env(part, max_steps=max_steps, workers=0, seed=0)
+        try:
+            tasks = [{"uid": f"demo{start + i}", "group_uid": f"demo{start + i}"} for i in range(len(part))]
+            trajs += rollout(None, tokenizer, renderer, envs, tasks, env_name=env, history_length=history_length,
+                             max_prompt_length=max_prompt_length, settings=GenerationSettings(), progress=False,
+                             respond=respond)
+        finally:
+            envs.close()
+        bar.update(len(part))
+    bar.close()
+    return trajs
+
+
+def demonstration_rows(trajs) -> "pd.DataFrame":
+    """One row per step of the winning trajectories: game, task type, step, prompt and response ids."""
+    import pandas as pd
+
+    rows = [{"game": t.game, "task_type": t.task_type, "step": s.step_idx, "prompt_ids": list(s.prompt_ids),
+             "response_ids": list(s.response_ids), "action": s.action, "history_shown": s.history_shown}
+            for t in trajs if t.won for s in t.steps]
+    return pd.DataFrame(rows, columns=["game", "task_type", "step", "prompt_ids", "response_ids", "action",
+                                       "history_shown"])
+
+
+def build_demonstrations(cfg: SFTConfig, tokenizer, renderer) -> dict[str, "pd.DataFrame"]:
+    """The training and validation demonstrations of ``cfg``: read from ``run_dir/demonstrations`` when
+    they were built with the same settings, else played now (and saved there).
+
+    Raises
+    ------
+    ConfigError
+        When the environment's runtime has no expert, or no demonstration wins.
+    """
+    import pandas as pd
+
+    folder = Path(cfg.run_dir) / DEMO_DIR
+    info = {key: getattr(cfg, key) for key in DEMO_KEYS}
+    saved = folder / "info.json"
+    if saved.is_file() and json.loads(saved.read_text()).get("settings") == info:
+        return {split: pd.read_parquet(folder / f"{split}.parquet") for split in ("train", "valid")}
+    from ocsd.environments import get_environment
+
+    runtime = get_environment(cfg.env).load_runtime()
+    if runtime.demonstration is None:
+        raise ConfigError(f"env: {cfg.env!r} has no expert to demonstrate its tasks")
+    source = runtime.task_source(cfg)
+    tables, counts = {}, {}
+    for split, specs in (("train", source.train[:cfg.n_train_games]), ("valid", source.valid[:cfg.n_val_games])):
+        trajs = expert_episodes(source, specs, runtime.demonstration, tokenizer, renderer, env=cfg.env,
+                                max_steps=cfg.max_steps, history_length=cfg.history_length,
+                                max_prompt_length=cfg.max_prompt_length, progress=cfg.progress)
+        lost = [t.game for t in trajs if not t.won]
+        if lost:
+            print(f"warning: {len(lost)} {split} demonstration(s) did not win and are left out "
+                  f"(first: {lost[0]})", file=sys.stderr)
+        tables[split] = demonstration_rows(trajs)
+        if tables[split].empty:
+            raise ConfigError(f"no {split} demonstration won; nothing to learn from")
+        counts[split] = {"games": len(trajs) - len(lost), "steps": len(tables[split]),
+                         "response_tokens": int(tables[split].response_ids.map(len).sum())}
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, table in tables.items():
+        table.to_parquet(folder / f"{split}.parquet")
+    saved.write_text(json.dumps({"settings": info, "games": source.describe(), "counts": counts}, indent=2) + "\n")
+    return tables
+
+
+# ----------------------------------------------------------------------------------------------
+# optimisation
+# ----------------------------------------------------------------------------------------------
+
+
+def lr_at(step: int, total: int, peak: float, warmup_ratio: float) -> float:
+    """Learning rate of optimizer step ``step`` (1-based) of ``total``: linear warm-up over
+    ``w = ceil(warmup_ratio * total)`` steps to ``peak``, then linear decay from ``peak`` at step ``w + 1``
+    to ``peak / (total - w)`` at step ``total`` (0 one step later)."""
+    warm = math.ceil(warmup_ratio * total)
+    if step <= warm:
+        return peak * step / warm
+    return peak * (total + 1 - step) / (total - warm)
+
+
+def sft_step(model, pairs: list[tuple[list[int], list[int]]], *, micro_batch_tokens: int,
+             grad: bool = True) -> tuple[float, int]:
+    """Mean negative log-likelihood of the response tokens of ``pairs`` (one optimizer step's batch).
+
+    With ``grad`` the gradient of that mean is accumulated into the parameters (micro-batches of at most
+    ``micro_batch_tokens`` padded tokens, each scaled by the batch's token count, so the gradient equals
+    that of the whole batch). Returns the loss and the number of response tokens.
+    """
+    from ocsd.replay.scoring import response_logprobs
+    from training.update import micro_batches
+
+    import torch
+
+    lengths = [len(p) + len(r) for p, r in pairs]
+    n_tokens = sum(len(r) for _, r in pairs)
+    total = 0.0
+    for group in micro_batches(lengths, micro_batch_tokens):
+        part = [pairs[i] for i in group]
+        logp, mask = response_logprobs(model, part, grad=grad, padded=True,
+                                       token_budget=max(micro_batch_tokens, max(lengths)))
+        loss = -(logp * mask).sum() / n_tokens
+        if grad:
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"the SFT loss is {loss.item()} (non-finite)")
+            loss.backward()
+        total += float(loss.detach())
+    return total, n_tokens
+
+
+def _commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def hardware(device: str) -> str:
+    """The device in words (GPU name, or the CPU and its core count)."""
+    import os
+
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"{platform.processor() or platform.machine()} CPU, {os.cpu_count()} cores"
+
+
+class SFTRun:
+    """A supervised warm start: the run folder, the model, the demonstrations and the optimizer.
+
+    Raises
+    ------
+    training.trainer.RunFolderError
+        When ``run_dir`` holds a run with other settings, checkpoints with ``resume=false``, or other files.
+    """
+
+    def __init__(self, cfg: SFTConfig):
+        from ocsd.records import RunLock
+
+        self.cfg = cfg
+        self.lock = RunLock(cfg.run_dir).acquire()
+        try:
+            self._start()
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _checkpoints(self) -> list[tuple[int, Path]]:
+        run = Path(self.cfg.run_dir)
+        found = [(int(p.name[12:]), p) for p in run.glob("global_step_*") if p.name[12:].isdigit()
+                 and (p / "actor" / "trainer_state.pt").is_file()]
+        return sorted(found)
+
+    def _check_folder(self) -> Path | None:
+        from training.trainer import RunFolderError
+
+        cfg, run = self.cfg, Path(self.cfg.run_dir)
+        if cfg.overwrite:
+            for name in (SFT_FILE, METRICS, DEMO_DIR, *[p.name for _, p in self._checkpoints()]):
+                target = run / name
+                shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+            return None
+        others = sorted(p.name for p in run.iterdir() if p.name not in (".lock", SFT_FILE, METRICS, DEMO_DIR)
+                        and not p.name.startswith("global_step_"))
+        if others:
+            raise RunFolderError(f"run_dir: {run} holds files that are not a warm-start run ({', '.join(others[:4])});"
+                                 f" use another run_dir")
+        checkpoints = self._checkpoints()
+        if not checkpoints:
+            return None
+        if not cfg.resume:
+            raise RunFolderError(f"run_dir: {run} holds checkpoints and resume=false; overwrite=true replaces them")
+        previous = json.loads((run / SFT_FILE).read_text()).get("config", {}) if (run / SFT_FILE).is_file() else {}
+        changed = [f"{k}: {previous[k]!r} -> {v!r}" for k, v in sorted(cfg.to_dict().items())
+                   if k in previous and previous[k] != v and k not in RESUMABLE]
+        if changed:
+            raise RunFolderError(f"run_dir: {run} holds a run with other settings ({'; '.join(changed)}); use "
+                                 f"another run_dir or overwrite=true")
+        return checkpoints[-1][1]
+
+    def _start(self) -> None:
+        import torch
+
+        from ocsd.replay.prompts import PromptRenderer
+        from training.policy import load_policy
+
+        cfg = self.cfg
+        resume = self._check_folder()
+        torch.manual_seed(cfg.seed)  # the LoRA initialisation
+        self.tokenizer, self.model = load_policy(cfg, init_from=resume / "actor" if resume else None)
+        self.renderer = PromptRenderer(self.tokenizer)
+        self.demos = build_demonstrations(cfg, self.tokenizer, self.renderer)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.start = 0
+        if resume is not None:
+            state = torch.load(resume / "actor" / "trainer_state.pt", map_location="cpu", weights_only=False)
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.start = int(state["global_step"])
+            metrics = Path(cfg.run_dir) / METRICS
+            if metrics.is_file():  # steps after the checkpoint are run again
+                kept = [line for line in metrics.read_text().splitlines()
+                        if line.strip() and json.loads(line)["step"] <= self.start]
+                metrics.write_text("".join(line + "\n" for line in kept))
+        run = Path(cfg.run_dir)
+        info = json.loads((run / DEMO_DIR / "info.json").read_text())
+        (run / SFT_FILE).write_text(json.dumps({"run": cfg.run_name, "config": cfg.to_dict(), "games": info["games"],
+                                                "demonstrations": info["counts"]}, indent=2) + "\n")
+
+    @property
+    def total_steps(self) -> int:
+        """Optimizer steps of the run (all epochs, or ``max_updates``)."""
+        per_epoch = -(-len(self.demos["train"]) // self.cfg.batch_size)
+        total = per_epoch * self.cfg.epochs
+        return min(total, self.cfg.max_updates) if self.cfg.max_updates else total
+
+    def batches(self) -> list[np.ndarray]:
+        """Row indices of every optimizer step: a seeded permutation per epoch, cut into ``batch_size`` rows."""
+        n, out = len(self.demos["train"]), []
+        for epoch in range(self.cfg.epochs):
+            order = np.random.default_rng([self.cfg.seed, epoch]).permutation(n)
+            out += [order[i:i + self.cfg.batch_size] for i in range(0, n, self.cfg.batch_size)]
+        return out[: self.total_steps]
+
+    def _pairs(self, split: str, rows) -> list[tuple[list[int], list[int]]]:
+        table = self.demos[split]
+        return [(list(table.prompt_ids.iloc[i]), list(table.response_ids.iloc[i])) for i in rows]
+
+    def validation_loss(self) -> float:
+        """Mean response-token NLL of the held-out demonstrations."""
+        import torch
+
+        pairs = self._pairs("valid", range(len(self.demos["valid"])))
+        with torch.inference_mode():
+            loss, _ = sft_step(self.model, pairs, micro_batch_tokens=self.cfg.micro_batch_tokens, grad=False)
+        return loss
+
+    def save(self, step: int) -> Path:
+        """Write ``global_step_<step>/actor/`` and delete checkpoints beyond ``keep_checkpoints``."""
+        from training.policy import write_actor
+
+        folder = Path(self.cfg.run_dir) / f"global_step_{step}"
+        folder.mkdir(parents=True, exist_ok=True)
+        write_actor(folder / "actor", self.model, self.tokenizer,
+                    {"optimizer": self.optimizer.state_dict(), "global_step": step, "kind": "sft"})
+        for _, old in self._checkpoints()[: -self.cfg.keep_checkpoints]:
+            shutil.rmtree(old)
+        return folder
+
+    def fit(self) -> Path:
+        """Run the remaining optimizer steps; return the last checkpoint."""
+        try:
+            return self._fit()
+        finally:
+            self.lock.release()
+
+    def _fit(self) -> Path:
+        import torch
+        from tqdm.auto import tqdm
+
+        cfg, run = self.cfg, Path(self.cfg.run_dir)
+        batches, total = self.batches(), self.total_steps
+        per_epoch = -(-len(self.demos["train"]) // cfg.batch_size)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        began = time.perf_counter()
+        last = None
+        bar = tqdm(total=total, initial=self.start, desc="sft", unit="step", disable=not cfg.progress)
+        self.model.train()
+        for step in range(self.start + 1, total + 1):
+            lr = lr_at(step, total, cfg.lr, cfg.warmup_ratio)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            self.optimizer.zero_grad(set_to_none=True)
+            loss, tokens = sft_step(self.model, self._pairs("train", batches[step - 1]),
+                                    micro_batch_tokens=cfg.micro_batch_tokens)
+            norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+            if not math.isfinite(norm):
+                raise FloatingPointError(f"gradient norm is {norm} (non-finite) at SFT step {step}")
+            self.optimizer.step()
+            row = {"step": step, "epoch": (step - 1) // per_epoch, "loss": loss,
+                   "lr": lr, "grad_norm": norm, "tokens": tokens}
+            if step % cfg.save_freq == 0 or step == total:
+                self.model.eval()
+                row["val_loss"] = self.validation_loss()
+                last = self.save(step)
+                self.model.train()
+            with open(run / METRICS, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+            bar.set_postfix(loss=f"{loss:.3f}")
+            bar.update(1)
+        bar.close()
+        self.model.eval()
+        info = json.loads((run / SFT_FILE).read_text())
+        info["made"] = {"commit": _commit(), "hardware": hardware(cfg.device), "steps": total,
+                        "minutes_this_invocation": round((time.perf_counter() - began) / 60, 2),
+                        "command": " ".join(["python -m training.sft", *sys.argv[1:]])}
+        (run / SFT_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        return last if last is not None else self._checkpoints()[-1][1]
+
+
+# ----------------------------------------------------------------------------------------------
+# command line
+# ----------------------------------------------------------------------------------------------
+
+
+def export(run_or_ckpt: str, out: str) -> Path:
+    """Export the LoRA adapter of an SFT run's last checkpoint (or of a checkpoint) with its provenance.
+
+    Raises
+    ------
+    training.warm_start.WarmStartError
+        When the path is no SFT checkpoint, or the checkpoint has no adapter.
+    """
+    from training.warm_start import WarmStartError, export_adapter, resolve_warm_start
+
+    warm = resolve_warm_start(run_or_ckpt)
+    if warm.weights is None:
+        raise WarmStartError(f"--export: {run_or_ckpt} is an exported adapter already")
+    actor = warm.weights
+    run = actor.parent.parent
+    if not (run / SFT_FILE).is_file():
+        raise WarmStartError(f"--export: {run} has no {SFT_FILE}: not a training.sft run")
+    info = json.loads((run / SFT_FILE).read_text())
+    metrics = [json.loads(line) for line in (run / METRICS).read_text().splitlines()] if (run / METRICS).exists() else []
+    step = int(actor.parent.name[len("global_step_"):])
+    at_step = [m for m in metrics if m["step"] == step]
+    provenance = {"base_model": info["config"]["model"], "global_step": step,
+                  "val_loss": at_step[-1].get("val_loss") if at_step else None, **info}
+    return export_adapter(actor, Path(out), provenance)
+
+
+def prepare(cfg: SFTConfig) -> int:
+    """Build (or find) the demonstrations of ``cfg`` and print their counts; the ``--prepare`` command."""
+    from ocsd.records import RunLock
+    from ocsd.replay.models import load_tokenizer
+    from ocsd.replay.prompts import PromptRenderer
+
+    tokenizer = load_tokenizer("smollm2" if cfg.model == "tiny" else cfg.model)
+    with RunLock(cfg.run_dir):
+        tables = build_demonstrations(cfg, tokenizer, PromptRenderer(tokenizer))
+    for split, table in tables.items():
+        print(f"{split}: {table.game.nunique()} games, {len(table)} steps, "
+              f"{int(table.response_ids.map(len).sum())} response tokens, "
+              f"{int(table.prompt_ids.map(len).sum())} prompt tokens")
+    print(f"demonstrations in {Path(cfg.run_dir) / DEMO_DIR}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.sft", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", help="YAML config (training/configs/sft_*.yaml)")
+    parser.add_argument("--help-config", action="store_true", help="list every config key and exit")
+    parser.add_argument("--export", metavar="RUN_OR_CKPT", help="export the run's LoRA adapter with its provenance")
+    parser.add_argument("--out", help="folder --export writes to")
+    parser.add_argument("--prepare", action="store_true",
+                        help="only build the demonstrations in run_dir/demonstrations (no model is loaded; train "
+                             "elsewhere, e.g. on a GPU machine without the environment engine, from that folder)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    args = parser.parse_args(argv)
+    if args.help_config:
+        print(describe(SFTConfig))
+        return 0
+    if args.export:
+        from training.warm_start import WarmStartError
+
+        if not args.out:
+            print("error: --export needs --out DIR", file=sys.stderr)
+            return 2
+        try:
+            print(f"warm start written to {export(args.export, args.out)}")
+        except WarmStartError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    try:
+        cfg = load_config(args.config, args.overrides, cls=SFTConfig)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    from ocsd.records import RunInUseError
+    from ocsd.replay.models import ModelNotFoundError
+    from training.trainer import RunFolderError
+
+    try:
+        if args.prepare:
+            return prepare(cfg)
+        run = SFTRun(cfg)
+        if run.start:
+            print(f"resuming {cfg.run_dir} from step {run.start}", file=sys.stderr)
+        last = run.fit()
+    except (RunInUseError, RunFolderError, ModelNotFoundError, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except FloatingPointError as exc:
+        print(f"training stopped: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted; the last checkpoint in {cfg.run_dir} is kept (resume=true continues)", file=sys.stderr)
+        return 130
+    print(f"warm start written to {last}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
