@@ -73,6 +73,8 @@ class SFTConfig:
     train_split: str = _doc("split of real data the demonstrations come from", "train")
     val_split: str = _doc("split of real data for the validation loss", "valid_seen")
     max_steps: int = _doc("step cap of a demonstration episode", 50, COUNT)
+    env_workers: int = _doc("worker processes stepping environments while demonstrations are played (0: in this "
+                            "process)", 0, NON_NEGATIVE_INT)
     history_length: int = _doc("observation/action pairs of history in the prompt (as the policy will act)", 2,
                                NON_NEGATIVE_INT)
     max_prompt_length: int = _doc("longest prompt in tokens; history is shortened to fit (as in rollouts)", 2048,
@@ -111,7 +113,7 @@ class SFTConfig:
 
 # settings that may differ when a run resumes; any other difference is another run
 RESUMABLE = frozenset({"run_dir", "games_dir", "progress", "resume", "overwrite", "save_freq", "keep_checkpoints",
-                       "device", "micro_batch_tokens", "max_updates"})
+                       "device", "micro_batch_tokens", "max_updates", "env_workers"})
 # settings that decide the demonstrations (a change rebuilds them)
 DEMO_KEYS = ("env", "data", "n_train_games", "n_val_games", "train_split", "val_split", "seed", "model",
              "max_steps", "history_length", "max_prompt_length")
@@ -131,7 +133,8 @@ def response_ids(tokenizer, action: str, reason: str) -> list[int]:
 
 
 def expert_episodes(source, specs: Sequence, demonstration, tokenizer, renderer, *, env: str, max_steps: int,
-                    history_length: int, max_prompt_length: int, chunk: int = 32, progress: bool = True):
+                    history_length: int, max_prompt_length: int, workers: int = 0, chunk: int = 32,
+                    progress: bool = True):
     """Play every task of ``specs`` with the expert answering through :func:`training.rollout.rollout`.
 
     Returns the trajectories (one per task); a task whose demonstration does not win is still returned
@@ -158,7 +161,7 @@ def expert_episodes(source, specs: Sequence, demonstration, tokenizer, renderer,
                 out.append(answers[i][k] if k < len(answers[i]) else response_ids(tokenizer, "look", "I look around."))
             return out
 
-        envs = source.make_env(part, max_steps=max_steps, workers=0, seed=0)
+        envs = source.make_env(part, max_steps=max_steps, workers=workers, seed=0)
         try:
             tasks = [{"uid": f"demo{start + i}", "group_uid": f"demo{start + i}"} for i in range(len(part))]
             trajs += rollout(None, tokenizer, renderer, envs, tasks, env_name=env, history_length=history_length,
@@ -208,7 +211,8 @@ def build_demonstrations(cfg: SFTConfig, tokenizer, renderer) -> dict[str, "pd.D
     for split, specs in (("train", source.train[:cfg.n_train_games]), ("valid", source.valid[:cfg.n_val_games])):
         trajs = expert_episodes(source, specs, runtime.demonstration, tokenizer, renderer, env=cfg.env,
                                 max_steps=cfg.max_steps, history_length=cfg.history_length,
-                                max_prompt_length=cfg.max_prompt_length, progress=cfg.progress)
+                                max_prompt_length=cfg.max_prompt_length, workers=cfg.env_workers,
+                                progress=cfg.progress)
         lost = [t.game for t in trajs if not t.won]
         if lost:
             print(f"warning: {len(lost)} {split} demonstration(s) did not win and are left out "
