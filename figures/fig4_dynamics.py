@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from diagnostics.runs import VAL_OVERALL, VAL_PREFIX
 from figures._common import RunInfo, SkipFigure, figure_parser, load_runs
@@ -98,6 +99,8 @@ def draw(panels: dict[str, list[Curve]], *, ncols: int = 4, title: str | None = 
     nrows = -(-n // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 2.7 * nrows), squeeze=False)
     labels = sorted({c.label for cs in panels.values() for c in cs})
+    steps = [x for cs in panels.values() for c in cs for x in c.steps]
+    span = (min(steps) - 0.5, max(steps) + 0.5) if steps else None  # every panel spans the run's steps
     colors = {lab: f"C{i % 10}" for i, lab in enumerate(labels)}
     for ax, (key, found) in zip(axes.flat, panels.items()):
         for c in found:
@@ -106,6 +109,9 @@ def draw(panels: dict[str, list[Curve]], *, ncols: int = 4, title: str | None = 
                     marker="o" if validation else None, ms=3)
         ax.set_title(_title(key), fontsize=9)
         ax.set_xlabel("training step", fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+        if span is not None:
+            ax.set_xlim(*span)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3, lw=0.5)
         if key != "reward_mean":

@@ -127,6 +127,8 @@ class TrainConfig:
     games_dir: str = _doc("where generated games are kept (created on first use)", "checkpoints/games")
     n_train_games: int = _doc("generated training games", 200, COUNT)
     n_val_games: int = _doc("generated validation games", 36, COUNT)
+    task_types: str | None = _doc("comma-separated task types to train and validate on (ALFWorld: pick, look, clean, "
+                                  "heat, cool, pick2); unset: all", None)
     train_split: str = _doc("split of real data used for training", "train")
     val_split: str = _doc("split of real data used for validation", "valid_seen")
     max_steps: int = _doc("interaction step cap per episode (ALFWorld 50, WebShop 15, Search-QA 4)", 50, COUNT)
@@ -205,6 +207,11 @@ class TrainConfig:
         except RuntimeNotImplemented as exc:
             raise ConfigError(f"env: {exc}") from None
         check_ranges(self)
+        known = get_environment(self.env).task_types
+        unknown = [kind for kind in task_type_list(self.task_types) or () if kind not in known]
+        if unknown or (self.task_types is not None and not task_type_list(self.task_types)):
+            what = f"unknown task type(s) {', '.join(unknown)}" if unknown else "names no task type"
+            raise ConfigError(f"task_types={self.task_types!r}: {what}; {self.env} has {', '.join(known) or 'none'}")
         checks = [
             ("dtype", self.dtype in ("float32", "bfloat16", "float16"), "must be float32, bfloat16 or float16"),
             ("kl_type", self.kl_type in ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"),
@@ -260,6 +267,13 @@ def data_root_of(data: str | None) -> str | None:
     if root is None:
         raise ConfigError(NO_DATA)
     return root
+
+
+def task_type_list(text: str | None) -> tuple[str, ...] | None:
+    """The task types a ``task_types`` setting names (``"pick, look"`` -> ``("pick", "look")``); None when unset."""
+    if text is None:
+        return None
+    return tuple(dict.fromkeys(kind.strip() for kind in str(text).split(",") if kind.strip()))
 
 
 def check_ranges(config: Any) -> None:

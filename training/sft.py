@@ -35,17 +35,16 @@ import sys
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
-from training.config import (COUNT, GENERATED, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, ConfigError, Range,
-                             _doc, check_common, check_ranges, data_root_of, describe, load_config)
+from training.config import (COUNT, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, ConfigError, Range, _doc, check_common,
+                             check_ranges, data_root_of, describe, load_config)
+from training.demonstrations import DEMO_DIR, build_demonstrations
 
-__all__ = ["SFTConfig", "SFTRun", "build_demonstrations", "demonstration_rows", "lr_at", "main", "sft_step"]
+__all__ = ["SFTConfig", "SFTRun", "lr_at", "main", "sft_step"]
 
 SFT_FILE = "sft.json"
-DEMO_DIR = "demonstrations"
 METRICS = "metrics.jsonl"
 
 
@@ -114,121 +113,6 @@ class SFTConfig:
 # settings that may differ when a run resumes; any other difference is another run
 RESUMABLE = frozenset({"run_dir", "games_dir", "progress", "resume", "overwrite", "save_freq", "keep_checkpoints",
                        "device", "micro_batch_tokens", "max_updates", "env_workers"})
-# settings that decide the demonstrations (a change rebuilds them)
-DEMO_KEYS = ("env", "data", "n_train_games", "n_val_games", "train_split", "val_split", "seed", "model",
-             "max_steps", "history_length", "max_prompt_length")
-
-
-# ----------------------------------------------------------------------------------------------
-# demonstrations
-# ----------------------------------------------------------------------------------------------
-
-
-def response_ids(tokenizer, action: str, reason: str) -> list[int]:
-    """Token ids of the response ``<reason>reason</reason><action>action</action>`` and the stop token."""
-    from training.rollout import stop_ids
-
-    text = f"<reason>{reason}</reason><action>{action}</action>"
-    return list(tokenizer.encode(text, add_special_tokens=False)) + [stop_ids(tokenizer)[0]]
-
-
-def expert_episodes(source, specs: Sequence, demonstration, tokenizer, renderer, *, env: str, max_steps: int,
-                    history_length: int, max_prompt_length: int, workers: int = 0, chunk: int = 32,
-                    progress: bool = True):
-    """Play every task of ``specs`` with the expert answering through :func:`training.rollout.rollout`.
-
-    Returns the trajectories (one per task); a task whose demonstration does not win is still returned
-    (``won`` False), and the caller decides.
-    """
-    from tqdm.auto import tqdm
-
-    from training.rollout import GenerationSettings, rollout
-
-    trajs = []
-    bar = tqdm(total=len(specs), desc="demonstrations", unit="game", disable=not progress)
-    for start in range(0, len(specs), chunk):
-        part = list(specs[start:start + chunk])
-        plays = [demonstration(spec) for spec in part]
-        answers = [[response_ids(tokenizer, a, r) for a, r in play] for play in plays]
-        taken = [0] * len(part)
-
-        def respond(active: list[int], prompts: list[list[int]]) -> list[list[int]]:
-            out = []
-            for i in active:
-                k = taken[i]
-                taken[i] += 1
-                # a play that ran out without a win answers "look" until the step cap; it is not kept
-                out.append(answers[i][k] if k < len(answers[i]) else response_ids(tokenizer, "look", "I look around."))
-            return out
-
-        envs = source.make_env(part, max_steps=max_steps, workers=workers, seed=0)
-        try:
-            tasks = [{"uid": f"demo{start + i}", "group_uid": f"demo{start + i}"} for i in range(len(part))]
-            trajs += rollout(None, tokenizer, renderer, envs, tasks, env_name=env, history_length=history_length,
-                             max_prompt_length=max_prompt_length, settings=GenerationSettings(), progress=False,
-                             respond=respond)
-        finally:
-            envs.close()
-        bar.update(len(part))
-    bar.close()
-    return trajs
-
-
-def demonstration_rows(trajs) -> "pd.DataFrame":
-    """One row per step of the winning trajectories: game, task type, step, prompt and response ids."""
-    import pandas as pd
-
-    rows = [{"game": t.game, "task_type": t.task_type, "step": s.step_idx, "prompt_ids": list(s.prompt_ids),
-             "response_ids": list(s.response_ids), "action": s.action, "history_shown": s.history_shown}
-            for t in trajs if t.won for s in t.steps]
-    return pd.DataFrame(rows, columns=["game", "task_type", "step", "prompt_ids", "response_ids", "action",
-                                       "history_shown"])
-
-
-def build_demonstrations(cfg: SFTConfig, tokenizer, renderer) -> dict[str, "pd.DataFrame"]:
-    """The training and validation demonstrations of ``cfg``: read from ``run_dir/demonstrations`` when
-    they were built with the same settings, else played now (and saved there).
-
-    Raises
-    ------
-    ConfigError
-        When the environment's runtime has no expert, or no demonstration wins.
-    """
-    import pandas as pd
-
-    folder = Path(cfg.run_dir) / DEMO_DIR
-    info = {key: getattr(cfg, key) for key in DEMO_KEYS}
-    saved = folder / "info.json"
-    if saved.is_file() and json.loads(saved.read_text()).get("settings") == info:
-        return {split: pd.read_parquet(folder / f"{split}.parquet") for split in ("train", "valid")}
-    from ocsd.environments import get_environment
-
-    runtime = get_environment(cfg.env).load_runtime()
-    if runtime.demonstration is None:
-        raise ConfigError(f"env: {cfg.env!r} has no expert to demonstrate its tasks")
-    source = runtime.task_source(cfg)
-    tables, counts = {}, {}
-    for split, specs in (("train", source.train[:cfg.n_train_games]), ("valid", source.valid[:cfg.n_val_games])):
-        trajs = expert_episodes(source, specs, runtime.demonstration, tokenizer, renderer, env=cfg.env,
-                                max_steps=cfg.max_steps, history_length=cfg.history_length,
-                                max_prompt_length=cfg.max_prompt_length, workers=cfg.env_workers,
-                                progress=cfg.progress)
-        lost = [t.game for t in trajs if not t.won]
-        if lost:
-            print(f"warning: {len(lost)} {split} demonstration(s) did not win and are left out "
-                  f"(first: {lost[0]})", file=sys.stderr)
-        tables[split] = demonstration_rows(trajs)
-        if tables[split].empty:
-            raise ConfigError(f"no {split} demonstration won; nothing to learn from")
-        counts[split] = {"games": len(trajs) - len(lost), "steps": len(tables[split]),
-                         "response_tokens": int(tables[split].response_ids.map(len).sum())}
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, table in tables.items():
-        table.to_parquet(folder / f"{split}.parquet")
-    saved.write_text(json.dumps({"settings": info, "games": source.describe(), "counts": counts}, indent=2) + "\n")
-    return tables
-
-
 # ----------------------------------------------------------------------------------------------
 # optimisation
 # ----------------------------------------------------------------------------------------------
@@ -273,13 +157,20 @@ def sft_step(model, pairs: list[tuple[list[int], list[int]]], *, micro_batch_tok
     return total, n_tokens
 
 
-def _commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
+def source_version() -> dict:
+    """The git commit of this code and whether the working tree had uncommitted changes (None outside git)."""
+    here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, cwd=here)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit or None, "uncommitted_changes": None if status is None else bool(status)}
 
 
 def hardware(device: str) -> str:
@@ -459,7 +350,7 @@ class SFTRun:
         bar.close()
         self.model.eval()
         info = json.loads((run / SFT_FILE).read_text())
-        info["made"] = {"commit": _commit(), "hardware": hardware(cfg.device), "steps": total,
+        info["made"] = {**source_version(), "hardware": hardware(cfg.device), "steps": total,
                         "minutes_this_invocation": round((time.perf_counter() - began) / 60, 2),
                         "command": " ".join(["python -m training.sft", *sys.argv[1:]])}
         (run / SFT_FILE).write_text(json.dumps(info, indent=2) + "\n")

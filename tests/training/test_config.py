@@ -22,7 +22,8 @@ from training.config import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = sorted((ROOT / "training" / "configs").glob("*.yaml"))
+CONFIGS = sorted(p for p in (ROOT / "training" / "configs").glob("*.yaml") if not p.name.startswith("sft_"))
+SFT_CONFIGS = sorted((ROOT / "training" / "configs").glob("sft_*.yaml"))
 NUMERIC = [f.name for f in fields(TrainConfig) if f.type in ("int", "float")]
 
 
@@ -97,6 +98,22 @@ def test_range_membership_and_wording():
 def test_shipped_configs_are_valid(path):
     cfg = load_config(path, ["device=cpu", "data=generated"])
     assert cfg.device == "cpu"
+
+
+@pytest.mark.parametrize("path", SFT_CONFIGS, ids=[p.name for p in SFT_CONFIGS])
+def test_shipped_sft_configs_are_valid(path):
+    from training.sft import SFTConfig
+
+    cfg = load_config(path, ["device=cpu"], cls=SFTConfig)
+    assert cfg.model == "smollm2" and cfg.data == "generated"
+
+
+def test_task_types_are_checked_against_the_environment():
+    assert load_config(None, ["data=generated", "task_types=pick, look"]).task_types == "pick, look"
+    with pytest.raises(ConfigError, match="task_types='pick,fly': unknown task type.s. fly; alfworld has pick"):
+        load_config(None, ["data=generated", "task_types=pick,fly"])
+    with pytest.raises(ConfigError, match="names no task type"):
+        load_config(None, ["data=generated", "task_types=' , '"])
 
 
 def test_a_file_setting_may_be_overridden_before_it_is_checked():

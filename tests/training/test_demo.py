@@ -1,5 +1,7 @@
 """The embedded default end to end: the README's main command on a fresh run folder (slow: minutes)."""
 
+import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -25,10 +27,19 @@ def test_demo_trains_and_the_report_and_figures_run(tmp_path):
     assert data.global_steps == [1, 2] and len(data.tokens) > 0
     rows = read_metrics(run)
     assert [r["step"] for r in rows] == [1, 2] and "val/success_rate" in rows[-1]
+    # a learning signal: the warm start writes the format, so groups differ and steps differ in feedback
+    steps = data.steps
+    nonzero = steps.groupby(["global_step", "group_uid"]).advantage.apply(lambda a: bool((a.abs() > 0).any()))
+    assert nonzero.mean() > 0.5, nonzero
+    selected = steps[steps.selected]
+    assert {"valid", "invalid"} <= set(selected.feedback_label), selected.feedback_label.value_counts()
+    assert all(r["well_formed_rate"] >= 0.9 for r in rows)
     report = subprocess.run([sys.executable, "-m", "diagnostics.report", "--run", str(run), "--out",
                              str(run / "report")], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert report.returncode == 0, report.stderr[-3000:]
     assert (run / "report" / "report.md").exists()
+    signals = json.loads((run / "report" / "report.json").read_text())["auroc"]["signals"]
+    assert all(math.isfinite(v["auroc"]) and math.isfinite(v["ci_low"]) for v in signals.values()), signals
     figures = subprocess.run([sys.executable, "-m", "figures", "--run", str(run), "--out", str(run / "figures")],
                              capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert figures.returncode == 0, figures.stderr[-3000:]

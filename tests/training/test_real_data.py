@@ -8,6 +8,7 @@ origin of its games before it starts.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,26 @@ def test_real_games_announce_their_origin(capsys):
     source = GameSource.from_config(make_config({"data": str(root), "progress": False}), train=False)
     assert source.real and len(source.valid) == 140
     assert capsys.readouterr().err.strip() == f"games: real ALFWorld games from {root}: 0 training, 140 validation"
+
+
+def test_task_types_choose_the_games(alfworld_games, tmp_path):
+    """``task_types`` keeps generated and real games of those types; generated game i has the i-th type in turn,
+    so a cache holding other types' games is reused only where they match."""
+    from training.envs.games import GameSource
+
+    folder = tmp_path / "games"
+    shutil.copytree(alfworld_games, folder)  # seed-0 games of all types: game 0 is a pick game
+    cfg = make_config(dict(data="generated", games_dir=str(folder), n_train_games=2, n_val_games=1, seed=0,
+                           progress=False, task_types="pick"))
+    first = GameSource.from_config(cfg)
+    assert [g.task_type for g in first.train] == ["pick", "pick"] and first.valid[0].task_type == "pick"
+    assert first.train[0].path == GameSource.from_config(make_config(dict(
+        data="generated", games_dir=str(alfworld_games), n_train_games=1, n_val_games=1, seed=0,
+        progress=False))).train[0].path.replace(str(alfworld_games), str(folder))
+    again = GameSource.from_config(cfg)
+    assert [g.path for g in again.train] == [g.path for g in first.train]
+    root = ROOT.parent / "shared" / "alfworld"
+    if (root / "json_2.1.1" / "valid_seen").is_dir():
+        real = GameSource.from_config(make_config({"data": str(root), "progress": False, "task_types": "heat,cool"}),
+                                      train=False)
+        assert real.valid and {g.task_type for g in real.valid} == {"heat", "cool"}

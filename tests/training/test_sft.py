@@ -224,3 +224,34 @@ def test_bad_warm_starts_are_named(tmp_path, sft_run, capsys):
 def test_sft_config_errors_name_the_key(override, message, capsys):
     assert main(["model=tiny", "data=generated", override]) == 2
     assert message in capsys.readouterr().err
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "training" / "warm_starts" / "smollm2-alfworld"
+
+
+def test_shipped_warm_start_has_its_provenance():
+    info = json.loads((SHIPPED / "warm_start.json").read_text())
+    assert info["base_model"] == "smollm2"
+    assert {"commit", "hardware", "minutes", "command"} <= set(info["made"])
+    assert info["config"]["data"] == "generated" and info["config"]["seed"] == 1000
+    assert (SHIPPED / "adapter_model.safetensors").stat().st_size < 10 * 2**20
+
+
+def test_shipped_warm_start_writes_the_format(alfworld_games, smollm2_tokenizer, no_user_data):
+    """SmolLM2 with the shipped adapter merged answers the first steps of a generated game in the format."""
+    from ocsd.replay.prompts import PromptRenderer
+    from training.config import make_config
+    from training.envs.alfworld import AlfworldBatchEnv, load_games
+    from training.policy import load_policy
+    from training.rollout import GenerationSettings, rollout
+
+    _, model = load_policy(make_config({"model": "smollm2", "warm_start": str(SHIPPED), "lora_rank": 0}))
+    game = load_games(alfworld_games, split="train")[0]
+    with AlfworldBatchEnv([game], max_steps=2) as env:
+        traj = rollout(model, smollm2_tokenizer, PromptRenderer(smollm2_tokenizer), env, [{"uid": "a", "group_uid": "a"}],
+                       env_name="alfworld", history_length=2, max_prompt_length=2048,
+                       settings=GenerationSettings(max_new_tokens=64, do_sample=False), progress=False)[0]
+    assert len(traj.steps) == 2
+    for step in traj.steps:
+        assert step.well_formed, step.response_text
+        assert step.response_text.startswith("<reason>") and step.action

@@ -16,24 +16,29 @@ from typing import Sequence
 
 import numpy as np
 
-from training.envs.alfworld import AlfworldBatchEnv, GameSpec, generate_games, load_games
+from training.envs.alfworld import SHORT_TASK_TYPES, AlfworldBatchEnv, GameSpec, generate_games, load_games
 from training.envs.alfworld_engine import AlfworldDataError
 
 
-def generated_games(folder: Path, n: int, split: str, seed: int, progress: bool = True) -> list[GameSpec]:
+def generated_games(folder: Path, n: int, split: str, seed: int, progress: bool = True,
+                    task_types: tuple[str, ...] | None = None) -> list[GameSpec]:
     """``n`` generated games of ``split`` with generator seed ``seed`` in ``folder``: the ones already
     there, else newly generated (deterministic, so regenerating writes the same games).
 
-    Games are in generation order (their ``trial_G<seed>_<index>`` folder) whether they were just
-    generated or loaded, so a run samples the same tasks on its first and on later invocations."""
+    Game ``i`` has task type ``task_types[i % len(task_types)]`` (default: all six in turn). Games are in
+    generation order (their ``trial_G<seed>_<index>`` folder) whether they were just generated or loaded,
+    so a run samples the same tasks on its first and on later invocations."""
+    kinds = tuple(task_types or SHORT_TASK_TYPES)
     try:
         have = load_games(folder, split=split)
     except AlfworldDataError:
         have = []
-    mine = sorted((s for s in have if f"trial_G{seed}_" in s.path), key=lambda s: Path(s.path).parent.name)
-    if len(mine) >= n:
-        return mine[:n]
-    return generate_games(folder, n, seed=seed, split=split, progress=progress)
+    wanted = {f"trial_G{seed}_{i:05d}": kinds[i % len(kinds)] for i in range(n)}
+    mine = sorted((s for s in have if wanted.get(Path(s.path).parent.name) == s.task_type),
+                  key=lambda s: Path(s.path).parent.name)
+    if len(mine) == n:
+        return mine
+    return generate_games(folder, n, seed=seed, split=split, task_types=kinds, progress=progress)
 
 
 @dataclass
@@ -65,20 +70,22 @@ class GameSource:
         AlfworldDataError
             Naming ``data`` when neither it nor ``$ALFWORLD_DATA`` is set, or when the data is unusable.
         """
-        from training.config import ConfigError
+        from training.config import ConfigError, task_type_list
 
         try:
             root = cfg.data_root
         except ConfigError as exc:
             raise AlfworldDataError(str(exc)) from None
+        kinds = task_type_list(getattr(cfg, "task_types", None))
         if root:
             split = val_split or cfg.val_split
-            source = cls(load_games(root, split=cfg.train_split) if train else [],
-                         load_games(root, split=split)[:n_valid] if valid else [], f"real:{root}")
+            source = cls(load_games(root, split=cfg.train_split, task_types=kinds) if train else [],
+                         load_games(root, split=split, task_types=kinds)[:n_valid] if valid else [], f"real:{root}")
         else:
             folder = Path(cfg.games_dir)
-            source = cls(generated_games(folder, cfg.n_train_games, "train", cfg.seed, cfg.progress) if train else [],
-                         generated_games(folder, n_valid or cfg.n_val_games, "valid", cfg.seed, cfg.progress)
+            source = cls(generated_games(folder, cfg.n_train_games, "train", cfg.seed, cfg.progress, kinds)
+                         if train else [],
+                         generated_games(folder, n_valid or cfg.n_val_games, "valid", cfg.seed, cfg.progress, kinds)
                          if valid else [], f"generated:{folder}")
         print(source.announce(), file=sys.stderr)
         return source
