@@ -232,6 +232,7 @@ ALFWORLD = register_environment(EnvironmentSpec(
     template_fields=action_history_fields,
     replay_wording=REPLAY_WORDING,
     default_history_length=2,
+    task_types=("pick", "look", "clean", "heat", "cool", "pick2"),
     output_parser=TaggedOutput(("action",), lower=True),
     action_rule=action_rule,
     lexicon=lexicon,

@@ -116,6 +116,9 @@ class EnvironmentSpec:
     skills : callable or None
         ``skills(task_type) -> str``: the privileged skill text of the baselines' teacher
         (:mod:`training.teachers`); None when none is written.
+    task_types : tuple of str
+        The environment's task types (success is reported per type; the ``task_types`` setting of a run
+        chooses among them); empty when its tasks have none.
     runtime : str or None
         ``"module:attribute"`` naming the engine object of :mod:`training` (batched environments, task
         loading, evaluation tasks and metrics), imported only by :meth:`load_runtime`, so that
@@ -136,6 +139,7 @@ class EnvironmentSpec:
     default_history_length: int | None = None
     labels: StepLabels = field(default_factory=StepLabels)
     skills: Callable[[str], str] | None = None
+    task_types: tuple[str, ...] = ()
     runtime: str | None = None
 
     def action_schema(self, action: object) -> str:
