@@ -230,9 +230,12 @@ class TrainConfig:
             from training.warm_start import WarmStartError, resolve_warm_start
 
             try:
-                resolve_warm_start(self.warm_start)
+                warm = resolve_warm_start(self.warm_start)
             except WarmStartError as exc:
                 raise ConfigError(f"warm_start: {exc}") from None
+            if warm.base_model is not None and warm.base_model != self.model:
+                raise ConfigError(f"warm_start: {self.warm_start} is an adapter of model {warm.base_model!r}, but "
+                                  f"model={self.model!r}")
 
     def to_dict(self) -> dict:
         """Plain dict of every field."""

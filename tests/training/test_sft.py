@@ -211,6 +211,8 @@ def test_bad_warm_starts_are_named(tmp_path, sft_run, capsys):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="warm_start: .*neither an exported adapter"):
         make_config({"model": "tiny", "warm_start": str(tmp_path / "empty")})
+    with pytest.raises(ConfigError, match="an adapter of model 'smollm2', but model='tiny'"):
+        make_config({"model": "tiny", "warm_start": str(SHIPPED)})
     full = tmp_path / "full" / "global_step_1" / "actor"
     full.mkdir(parents=True)
     with pytest.raises(WarmStartError, match="no adapter/"):
