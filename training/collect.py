@@ -35,8 +35,8 @@ from ocsd.cli import UsageError, positive_int
 
 BASE_MODELS = ("smollm2", "tiny")
 ROLLOUT_KEYS = ("env", "reward_mode", "history_length", "max_prompt_length", "max_response_length", "max_steps",
-                "temperature", "top_p", "invalid_action_penalty", "rho", "beta", "train_split", "val_split", "games_dir",
-                "n_train_games", "n_val_games", "data")
+                "temperature", "top_p", "invalid_action_penalty", "rho", "beta", "train_split", "val_split",
+                "games_dir", "n_train_games", "n_val_games", "data")
 """Keys taken from a checkpoint's ``run.json`` config (the rest are local choices: device, batching)."""
 COLLECT_SOURCE = "training.collect"
 """The ``source`` of a collection's ``run.json`` and ``meta.json``: the folders a collection may add to."""
@@ -190,7 +190,8 @@ def build_config(source: ModelSource, *, config_path: str | None, overrides: Seq
     old = source.run_info.get("config") if isinstance(source.run_info.get("config"), dict) else {}
     for key in ROLLOUT_KEYS:
         if key in old and old[key] is not None:
-            if key in ("data", "games_dir") and old[key] != "generated" and not Path(str(old[key])).expanduser().is_dir():
+            if (key in ("data", "games_dir") and old[key] != "generated"
+                    and not Path(str(old[key])).expanduser().is_dir()):
                 continue
             values[key] = old[key]
     if config_path is not None:

@@ -86,8 +86,8 @@ def demonstration_rows(trajs) -> "pd.DataFrame":
 
 
 def build_demonstrations(cfg, tokenizer, renderer) -> dict[str, "pd.DataFrame"]:
-    """The training and validation demonstrations of ``cfg`` (a :class:`training.sft.SFTConfig`): read from ``run_dir/demonstrations`` when
-    they were built with the same settings, else played now (and saved there).
+    """The training and validation demonstrations of ``cfg`` (a :class:`training.sft.SFTConfig`): read from
+    ``run_dir/demonstrations`` when they were built with the same settings, else played now (and saved there).
 
     Raises
     ------

@@ -33,6 +33,13 @@ def timed(timings: dict[str, float], name: str):
         timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
 
 
+def policy_tokenizer(model: str):
+    """The tokenizer of a ``model`` setting: the model's own, SmolLM2's for the random ``tiny`` model."""
+    from ocsd.replay.models import load_tokenizer
+
+    return load_tokenizer("smollm2" if model == "tiny" else model)
+
+
 def load_policy(cfg, init_from: Path | None = None):
     """Tokenizer and policy model (LoRA-wrapped when ``lora_rank > 0``), in eval mode on ``cfg.device``.
 
@@ -42,10 +49,10 @@ def load_policy(cfg, init_from: Path | None = None):
     ``cfg`` is a :class:`TrainConfig` or any config with its model fields (``model``, ``seed``,
     ``lora_rank``, ``lora_alpha``, ``device``, ``dtype``, ``warm_start``).
     """
-    from ocsd.replay.models import load_model, load_tokenizer, resolve_dtype, tiny_model
+    from ocsd.replay.models import load_model, resolve_dtype, tiny_model
     from training.warm_start import merge_adapter, resolve_warm_start
 
-    tokenizer = load_tokenizer("smollm2" if cfg.model == "tiny" else cfg.model)
+    tokenizer = policy_tokenizer(cfg.model)
     lora = cfg.lora_rank > 0
     warm = resolve_warm_start(cfg.warm_start) if getattr(cfg, "warm_start", None) else None
     if init_from is not None and not lora:

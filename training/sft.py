@@ -45,7 +45,6 @@ from training.demonstrations import DEMO_DIR, build_demonstrations
 __all__ = ["SFTConfig", "SFTRun", "lr_at", "main", "sft_step"]
 
 SFT_FILE = "sft.json"
-METRICS = "metrics.jsonl"
 
 
 @dataclass(frozen=True)
@@ -113,6 +112,8 @@ class SFTConfig:
 # settings that may differ when a run resumes; any other difference is another run
 RESUMABLE = frozenset({"run_dir", "games_dir", "progress", "resume", "overwrite", "save_freq", "keep_checkpoints",
                        "device", "micro_batch_tokens", "max_updates", "env_workers"})
+
+
 # ----------------------------------------------------------------------------------------------
 # optimisation
 # ----------------------------------------------------------------------------------------------
@@ -205,21 +206,22 @@ class SFTRun:
             raise
 
     def _checkpoints(self) -> list[tuple[int, Path]]:
-        run = Path(self.cfg.run_dir)
-        found = [(int(p.name[12:]), p) for p in run.glob("global_step_*") if p.name[12:].isdigit()
-                 and (p / "actor" / "trainer_state.pt").is_file()]
-        return sorted(found)
+        from ocsd.records import checkpoint_dirs
+
+        return [(step, ckpt) for step, ckpt in checkpoint_dirs(self.cfg.run_dir)
+                if (ckpt / "actor" / "trainer_state.pt").is_file()]
 
     def _check_folder(self) -> Path | None:
-        from training.trainer import RunFolderError
+        from ocsd.records import LOCK_FILE, METRICS_FILE
+        from training.trainer import RunFolderError, changed_settings
 
         cfg, run = self.cfg, Path(self.cfg.run_dir)
         if cfg.overwrite:
-            for name in (SFT_FILE, METRICS, DEMO_DIR, *[p.name for _, p in self._checkpoints()]):
+            for name in (SFT_FILE, METRICS_FILE, DEMO_DIR, *[p.name for _, p in self._checkpoints()]):
                 target = run / name
                 shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
             return None
-        others = sorted(p.name for p in run.iterdir() if p.name not in (".lock", SFT_FILE, METRICS, DEMO_DIR)
+        others = sorted(p.name for p in run.iterdir() if p.name not in (LOCK_FILE, SFT_FILE, METRICS_FILE, DEMO_DIR)
                         and not p.name.startswith("global_step_"))
         if others:
             raise RunFolderError(f"run_dir: {run} holds files that are not a warm-start run ({', '.join(others[:4])});"
@@ -230,8 +232,7 @@ class SFTRun:
         if not cfg.resume:
             raise RunFolderError(f"run_dir: {run} holds checkpoints and resume=false; overwrite=true replaces them")
         previous = json.loads((run / SFT_FILE).read_text()).get("config", {}) if (run / SFT_FILE).is_file() else {}
-        changed = [f"{k}: {previous[k]!r} -> {v!r}" for k, v in sorted(cfg.to_dict().items())
-                   if k in previous and previous[k] != v and k not in RESUMABLE]
+        changed = changed_settings(previous, cfg.to_dict(), RESUMABLE)
         if changed:
             raise RunFolderError(f"run_dir: {run} holds a run with other settings ({'; '.join(changed)}); use "
                                  f"another run_dir or overwrite=true")
@@ -243,8 +244,11 @@ class SFTRun:
         from ocsd.replay.prompts import PromptRenderer
         from training.policy import load_policy
 
+        from ocsd.records import RunWriter
+
         cfg = self.cfg
         resume = self._check_folder()
+        self.writer = RunWriter(cfg.run_dir)
         torch.manual_seed(cfg.seed)  # the LoRA initialisation
         self.tokenizer, self.model = load_policy(cfg, init_from=resume / "actor" if resume else None)
         self.renderer = PromptRenderer(self.tokenizer)
@@ -256,21 +260,21 @@ class SFTRun:
             state = torch.load(resume / "actor" / "trainer_state.pt", map_location="cpu", weights_only=False)
             self.optimizer.load_state_dict(state["optimizer"])
             self.start = int(state["global_step"])
-            metrics = Path(cfg.run_dir) / METRICS
-            if metrics.is_file():  # steps after the checkpoint are run again
-                kept = [line for line in metrics.read_text().splitlines()
-                        if line.strip() and json.loads(line)["step"] <= self.start]
-                metrics.write_text("".join(line + "\n" for line in kept))
+            self.writer.truncate_metrics(self.start)  # steps after the checkpoint are run again
         run = Path(cfg.run_dir)
         info = json.loads((run / DEMO_DIR / "info.json").read_text())
         (run / SFT_FILE).write_text(json.dumps({"run": cfg.run_name, "config": cfg.to_dict(), "games": info["games"],
                                                 "demonstrations": info["counts"]}, indent=2) + "\n")
 
     @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps of one pass over the training demonstrations."""
+        return -(-len(self.demos["train"]) // self.cfg.batch_size)
+
+    @property
     def total_steps(self) -> int:
         """Optimizer steps of the run (all epochs, or ``max_updates``)."""
-        per_epoch = -(-len(self.demos["train"]) // self.cfg.batch_size)
-        total = per_epoch * self.cfg.epochs
+        total = self.steps_per_epoch * self.cfg.epochs
         return min(total, self.cfg.max_updates) if self.cfg.max_updates else total
 
     def batches(self) -> list[np.ndarray]:
@@ -319,7 +323,6 @@ class SFTRun:
 
         cfg, run = self.cfg, Path(self.cfg.run_dir)
         batches, total = self.batches(), self.total_steps
-        per_epoch = -(-len(self.demos["train"]) // cfg.batch_size)
         params = [p for p in self.model.parameters() if p.requires_grad]
         began = time.perf_counter()
         last = None
@@ -336,15 +339,14 @@ class SFTRun:
             if not math.isfinite(norm):
                 raise FloatingPointError(f"gradient norm is {norm} (non-finite) at SFT step {step}")
             self.optimizer.step()
-            row = {"step": step, "epoch": (step - 1) // per_epoch, "loss": loss,
+            row = {"step": step, "epoch": (step - 1) // self.steps_per_epoch, "loss": loss,
                    "lr": lr, "grad_norm": norm, "tokens": tokens}
             if step % cfg.save_freq == 0 or step == total:
                 self.model.eval()
                 row["val_loss"] = self.validation_loss()
                 last = self.save(step)
                 self.model.train()
-            with open(run / METRICS, "a") as fh:
-                fh.write(json.dumps(row) + "\n")
+            self.writer.append_metrics(row)
             bar.set_postfix(loss=f"{loss:.3f}")
             bar.update(1)
         bar.close()
@@ -370,6 +372,7 @@ def export(run_or_ckpt: str, out: str) -> Path:
     training.warm_start.WarmStartError
         When the path is no SFT checkpoint, or the checkpoint has no adapter.
     """
+    from ocsd.records import read_metrics
     from training.warm_start import WarmStartError, export_adapter, resolve_warm_start
 
     warm = resolve_warm_start(run_or_ckpt)
@@ -380,7 +383,7 @@ def export(run_or_ckpt: str, out: str) -> Path:
     if not (run / SFT_FILE).is_file():
         raise WarmStartError(f"--export: {run} has no {SFT_FILE}: not a training.sft run")
     info = json.loads((run / SFT_FILE).read_text())
-    metrics = [json.loads(line) for line in (run / METRICS).read_text().splitlines()] if (run / METRICS).exists() else []
+    metrics = read_metrics(run)
     step = int(actor.parent.name[len("global_step_"):])
     at_step = [m for m in metrics if m["step"] == step]
     provenance = {"base_model": info["config"]["model"], "global_step": step,
@@ -391,10 +394,10 @@ def export(run_or_ckpt: str, out: str) -> Path:
 def prepare(cfg: SFTConfig) -> int:
     """Build (or find) the demonstrations of ``cfg`` and print their counts; the ``--prepare`` command."""
     from ocsd.records import RunLock
-    from ocsd.replay.models import load_tokenizer
     from ocsd.replay.prompts import PromptRenderer
+    from training.policy import policy_tokenizer
 
-    tokenizer = load_tokenizer("smollm2" if cfg.model == "tiny" else cfg.model)
+    tokenizer = policy_tokenizer(cfg.model)
     with RunLock(cfg.run_dir):
         tables = build_demonstrations(cfg, tokenizer, PromptRenderer(tokenizer))
     for split, table in tables.items():

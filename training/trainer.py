@@ -80,11 +80,11 @@ class RunFolderError(TrainingError):
 # ----------------------------------------------------------------------------------------------
 
 
-def changed_settings(previous: dict, current: dict) -> list[str]:
+def changed_settings(previous: dict, current: dict, resumable: frozenset[str] = RESUMABLE_CHANGES) -> list[str]:
     """``key: old -> new`` for every setting of ``current`` that differs from ``previous`` (keys missing
-    from either side and :data:`RESUMABLE_CHANGES` do not count)."""
+    from either side and the ``resumable`` ones, by default :data:`RESUMABLE_CHANGES`, do not count)."""
     return [f"{key}: {previous[key]!r} -> {value!r}" for key, value in sorted(current.items())
-            if key in previous and previous[key] != value and key not in RESUMABLE_CHANGES]
+            if key in previous and previous[key] != value and key not in resumable]
 
 
 def resume_point(run_dir: str | os.PathLike) -> Path | None:

@@ -52,12 +52,6 @@ class WarmStart:
     info: dict = field(default_factory=dict)
 
 
-def _checkpoints(run_dir: Path) -> list[Path]:
-    steps = [(int(p.name[len("global_step_"):]), p) for p in run_dir.glob("global_step_*")
-             if p.name[len("global_step_"):].isdigit() and (p / "actor" / "config.json").is_file()]
-    return [p for _, p in sorted(steps)]
-
-
 def resolve_warm_start(path: str | Path) -> WarmStart:
     """Resolve an exported adapter folder, an SFT checkpoint (``global_step_N`` or its ``actor/``) or an SFT
     run folder (its last checkpoint with weights).
@@ -82,7 +76,9 @@ def resolve_warm_start(path: str | Path) -> WarmStart:
         return WarmStart(p, weights=p)
     if (p / "actor" / "config.json").is_file():
         return WarmStart(p, weights=p / "actor")
-    found = _checkpoints(p)
+    from ocsd.records import checkpoint_dirs
+
+    found = [ckpt for _, ckpt in checkpoint_dirs(p) if (ckpt / "actor" / "config.json").is_file()]
     if found:
         return WarmStart(p, weights=found[-1] / "actor")
     raise WarmStartError(f"{path}: neither an exported adapter (adapter_config.json), a checkpoint with weights "

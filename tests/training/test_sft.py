@@ -250,7 +250,8 @@ def test_shipped_warm_start_writes_the_format(alfworld_games, smollm2_tokenizer,
     _, model = load_policy(make_config({"model": "smollm2", "warm_start": str(SHIPPED), "lora_rank": 0}))
     game = load_games(alfworld_games, split="train")[0]
     with AlfworldBatchEnv([game], max_steps=2) as env:
-        traj = rollout(model, smollm2_tokenizer, PromptRenderer(smollm2_tokenizer), env, [{"uid": "a", "group_uid": "a"}],
+        traj = rollout(model, smollm2_tokenizer, PromptRenderer(smollm2_tokenizer), env,
+                       [{"uid": "a", "group_uid": "a"}],
                        env_name="alfworld", history_length=2, max_prompt_length=2048,
                        settings=GenerationSettings(max_new_tokens=64, do_sample=False), progress=False)[0]
     assert len(traj.steps) == 2
