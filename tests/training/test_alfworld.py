@@ -205,3 +205,61 @@ def test_command_line_refuses_bad_input_before_work(tmp_path, capsys):
         err = _cli_error(argv, capsys)
         assert message in err and "Traceback" not in err, (argv, err)
     assert afile.read_text() == "keep me" and not (tmp_path / "g").exists()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batch_env_reload_plays_like_a_new_env(generated, workers):
+    """Reloading new games into the same workers gives the episodes a fresh environment gives, in any
+    number of environments (fewer than the workers included), without new processes."""
+    _, specs = generated
+
+    def episode(env, chosen):
+        obs = env.reset()
+        plans = [expert_walkthrough(s) for s in chosen]
+        trace = [[(o.text, tuple(o.admissible)) for o in obs]]
+        for k in range(4):
+            res = env.step([p[k] if k < len(p) else "jump" for p in plans])
+            trace.append([(r.obs, tuple(r.admissible), r.won, r.feedback_label) for r in res])
+        return trace
+
+    with AlfworldBatchEnv([specs[0], specs[1], specs[2]], max_steps=4, num_workers=workers, seed=3) as env:
+        episode(env, [specs[0], specs[1], specs[2]])
+        pids = [g.proc.pid for g in env._groups] if workers else []
+        for chosen in ([specs[3]], [specs[4], specs[5], specs[0], specs[1]]):
+            env.reload(chosen, seed=7)
+            assert len(env) == len(chosen) and env.seeds == []
+            got = episode(env, chosen)
+            assert env.seeds == [7 + i for i in range(len(chosen))]
+            with AlfworldBatchEnv(chosen, max_steps=4, num_workers=0, seed=7) as fresh:
+                assert got == episode(fresh, chosen)
+        assert ([g.proc.pid for g in env._groups] if workers else []) == pids
+    assert env.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        env.reload([specs[0]])
+
+
+def test_memoized_grammar_parses_change_nothing(generated, monkeypatch):
+    """Observations and admissible commands are the same with TextWorld's own template parsing as with
+    the memoized one, over whole episodes of every task type (wins, invalid and no-progress steps)."""
+    import textworld.envs.pddl.textgen as textgen
+
+    from training.envs import alfworld_engine
+
+    _, specs = generated
+
+    def trace(spec):
+        game = AlfworldGame(spec, max_steps=40)
+        obs = game.reset()
+        out = [(obs.text, tuple(obs.admissible))]
+        for action in ["look", "inventory", "jump over the moon", *expert_walkthrough(spec)]:
+            res = game.step(action)
+            out.append((res.obs, tuple(res.admissible), res.won, res.feedback_label))
+            if res.done:
+                break
+        game.close()
+        return out
+
+    alfworld_engine.memoize_grammar_parses()
+    memoized = [trace(s) for s in specs]
+    monkeypatch.setattr(textgen, "_parse_and_convert", alfworld_engine._ORIGINAL_PARSE[0])
+    assert [trace(s) for s in specs] == memoized

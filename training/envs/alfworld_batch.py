@@ -17,6 +17,20 @@ def _chunks(n: int, parts: int) -> list[range]:
     return [range(bounds[i], bounds[i + 1]) for i in range(parts) if bounds[i + 1] > bounds[i]]
 
 
+def _spread(n: int, parts: int) -> list[range]:
+    """Exactly ``parts`` contiguous ranges covering ``range(n)``, nearly equal (some empty when n < parts)."""
+    bounds = [round(i * n / parts) for i in range(parts + 1)]
+    return [range(bounds[i], bounds[i + 1]) for i in range(parts)]
+
+
+def _check_specs(specs: list) -> None:
+    if not specs:
+        raise ValueError("AlfworldBatchEnv needs at least one game spec")
+    bad = [s for s in specs if not isinstance(s, GameSpec)]
+    if bad:
+        raise TypeError(f"specs_per_env must hold GameSpec objects, got {type(bad[0]).__name__}")
+
+
 class _LocalGroup:
     """Games played in the calling process."""
 
@@ -48,7 +62,11 @@ def _worker(conn, specs: list[GameSpec], max_steps: int) -> None:
         conn.send(("ok", None))
         while True:
             cmd, payload = conn.recv()
-            if cmd == "reset":
+            if cmd == "load":
+                group.close()
+                group = _LocalGroup(*payload)
+                conn.send(("ok", None))
+            elif cmd == "reset":
                 conn.send(("ok", group.reset()))
             elif cmd == "step":
                 conn.send(("ok", group.step(payload)))
@@ -127,11 +145,7 @@ class AlfworldBatchEnv:
     def __init__(self, specs_per_env: Sequence[GameSpec], *, max_steps: int = ALFWORLD.max_steps,
                  num_workers: int = 0, seed: int = 0) -> None:
         specs = list(specs_per_env)
-        if not specs:
-            raise ValueError("AlfworldBatchEnv needs at least one game spec")
-        bad = [s for s in specs if not isinstance(s, GameSpec)]
-        if bad:
-            raise TypeError(f"specs_per_env must hold GameSpec objects, got {type(bad[0]).__name__}")
+        _check_specs(specs)
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         if num_workers < 0:
@@ -159,6 +173,54 @@ class AlfworldBatchEnv:
 
     def __len__(self) -> int:
         return len(self.specs)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (or a failure closed it)."""
+        return self._closed
+
+    def reload(self, specs_per_env: Sequence[GameSpec], *, max_steps: int | None = None,
+               seed: int | None = None) -> "AlfworldBatchEnv":
+        """Replace the games with new ones in the same worker processes (no new processes).
+
+        Workers keep their imports, planner libraries and memoized translations, so a rollout that
+        reuses the environment starts much faster than one that builds a new one. Returns ``self``.
+
+        Parameters
+        ----------
+        specs_per_env : list of GameSpec
+            One spec per environment (any number).
+        max_steps : int, optional
+            New step cap (default: unchanged).
+        seed : int, optional
+            New base seed (default: unchanged).
+        """
+        if self._closed:
+            raise RuntimeError("AlfworldBatchEnv is closed")
+        specs = list(specs_per_env)
+        _check_specs(specs)
+        if max_steps is not None:
+            if max_steps < 1:
+                raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+            self.max_steps = int(max_steps)
+        if seed is not None:
+            self.seed = int(seed)
+        self.specs, self.seeds = specs, []
+        if self.num_workers == 0:
+            self._groups[0].close()
+            self._groups = [_LocalGroup(specs, self.max_steps)]
+            self._ranges = [range(len(specs))]
+            return self
+        self._ranges = _spread(len(specs), len(self._groups))
+        try:
+            for g, r in zip(self._groups, self._ranges):
+                g.send("load", ([specs[i] for i in r], self.max_steps))
+            for g in self._groups:
+                g.recv()
+        except BaseException:
+            self.close()
+            raise
+        return self
 
     def _call(self, cmd: str, per_env: list | None = None) -> list:
         if self._closed:

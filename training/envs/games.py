@@ -111,8 +111,12 @@ class GameSource:
         return self.valid[: min(n, len(self.valid))]
 
     @staticmethod
-    def make_env(specs: Sequence[GameSpec], *, max_steps: int, workers: int = 0, seed: int = 0) -> AlfworldBatchEnv:
-        """A batched environment with one game per entry of ``specs``."""
+    def make_env(specs: Sequence[GameSpec], *, max_steps: int, workers: int = 0, seed: int = 0,
+                 reuse: AlfworldBatchEnv | None = None) -> AlfworldBatchEnv:
+        """A batched environment with one game per entry of ``specs``; ``reuse``, an open environment
+        with ``workers`` worker processes, is reloaded with them instead of starting new processes."""
+        if reuse is not None and not reuse.closed and reuse.num_workers == workers:
+            return reuse.reload(list(specs), max_steps=max_steps, seed=seed)
         return AlfworldBatchEnv(list(specs), max_steps=max_steps, num_workers=workers, seed=seed)
 
     def describe(self) -> dict:
