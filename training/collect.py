@@ -382,8 +382,11 @@ def _collect(args, source: ModelSource, out: Path, views, cfg) -> int:
     RunWriter(out).write_run_json({"run": cfg.run_name, "method": method, "env": cfg.env, "model": source.spec,
                                    "seed": cfg.seed, "source": COLLECT_SOURCE, "config": cfg.to_dict(),
                                    "games": games.describe()})
-    folder, summary = collect_replay(policy, global_step=source.global_step, views=views, selection=args.selection,
-                                     model=source.spec, method=method, extra=extra)
+    try:
+        folder, summary = collect_replay(policy, global_step=source.global_step, views=views,
+                                         selection=args.selection, model=source.spec, method=method, extra=extra)
+    finally:
+        policy.close()
     summary["time/total"] = time.perf_counter() - start
     print(f"collected {summary['trajectories']} trajectories, {summary['steps']} steps "
           f"({summary['selected']} selected, {summary['scored']} scored) at global step {source.global_step} "

@@ -12,6 +12,7 @@ training configurations"); ``training/configs/*.yaml`` hold the named settings.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 import re
@@ -25,6 +26,9 @@ from ocsd.algorithm.advantages import REWARD_MODES
 from ocsd.algorithm.methods import METHODS
 from ocsd.cli import folder_problem
 from ocsd.environments import RuntimeNotImplemented, environment_names, get_environment
+
+ENGINES = ("hf", "vllm")
+"""Rollout engines of the ``rollout_engine`` setting (:mod:`training.engines`)."""
 
 
 class ConfigError(ValueError):
@@ -148,7 +152,14 @@ class TrainConfig:
     max_response_length: int = _doc("longest generated response in tokens", 512, COUNT)
     temperature: float = _doc("rollout sampling temperature", 1.0, POSITIVE)
     top_p: float = _doc("rollout nucleus sampling", 1.0, SHARE)
-    generation_batch: int = _doc("prompts per generate call", 64, COUNT)
+    generation_batch: int = _doc("prompts per generate call (rollout_engine=hf)", 64, COUNT)
+    rollout_engine: str = _doc("what samples rollouts: 'hf' (Hugging Face generate on the trained model) or 'vllm' "
+                               "(a colocated vLLM engine on the same GPU, weights pushed after every update; "
+                               "needs device=cuda and vLLM, see scripts/gpu_stack.sh)", "hf")
+    vllm_gpu_memory_utilization: float = _doc("share of the GPU's memory the vLLM engine may take (weights, "
+                                              "activations, KV cache)", 0.3, Range(0, 1, low_open=True))
+    vllm_enforce_eager: bool = _doc("run vLLM without CUDA graphs and torch.compile (faster start, slower "
+                                    "generation)", False)
     # optimisation
     total_steps: int = _doc("training steps", 150, COUNT)
     lr: float = _doc("AdamW learning rate", 1e-6, POSITIVE)
@@ -221,11 +232,15 @@ class TrainConfig:
              f"cannot be combined with mini_batches={self.mini_batches}; set one of them"),
             ("loss_agg_mode", self.loss_agg_mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                                                       "seq-mean-token-sum-norm"), "must be a verl aggregation"),
+            ("rollout_engine", self.rollout_engine in ENGINES, f"must be one of {', '.join(ENGINES)}"),
         ]
         for name, ok, why in checks:
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r}: {why}")
         check_common(self)
+        why = engine_problem(self.rollout_engine, self.device)
+        if why is not None:
+            raise ConfigError(f"rollout_engine={self.rollout_engine!r}: {why}")
         if self.warm_start is not None:
             from training.warm_start import WarmStartError, resolve_warm_start
 
@@ -314,6 +329,20 @@ def check_common(config: Any) -> None:
         problem = folder_problem(getattr(config, name))
         if problem:
             raise ConfigError(f"{name}={getattr(config, name)!r}: {problem}")
+
+
+def engine_problem(engine: str, device: str) -> str | None:
+    """Why rollout engine ``engine`` cannot run on ``device`` here (vLLM needs CUDA and the package); None
+    if it can."""
+    if engine != "vllm":
+        return None
+    if not str(device).startswith("cuda"):
+        return f"needs device=cuda (got device={device!r}); on the CPU use rollout_engine=hf"
+    if importlib.util.find_spec("vllm") is None:
+        from training.engines import INSTALL_HINT
+
+        return INSTALL_HINT
+    return None
 
 
 def device_problem(device: str) -> str | None:

@@ -103,11 +103,9 @@ def evaluation_episodes(policy, specs, sampling: EvalSampling, *, repeat: int = 
     desc : str
         Progress-bar label.
     """
-    import torch
-
-    torch.manual_seed(sampling.torch_seed(repeat))
     tasks = [{"uid": f"s{step}_t{i}_r{repeat}", "group_uid": f"s{step}_t{i}"} for i in range(len(specs))]
-    return policy.play(specs, tasks, sampling.generation(policy.cfg), env_seed=step, desc=desc)
+    return policy.play(specs, tasks, sampling.generation(policy.cfg), env_seed=step,
+                       sample_seed=sampling.torch_seed(repeat), desc=desc)
 
 
 def evaluate(runner, games, *, global_step: int, spec: EnvironmentSpec, runtime, sampling: EvalSampling | None = None,
@@ -267,8 +265,11 @@ def main(argv: list[str] | None = None) -> int:
 
     runner = Policy(cfg, games)
     sampling = EvalSampling.from_config(cfg)
-    metrics = evaluate(runner, games, global_step=source.global_step, spec=spec, runtime=runtime, sampling=sampling,
-                       repeats=args.repeats)
+    try:
+        metrics = evaluate(runner, games, global_step=source.global_step, spec=spec, runtime=runtime,
+                           sampling=sampling, repeats=args.repeats)
+    finally:
+        runner.close()
     result = {"model": source.spec, "checkpoint": str(source.checkpoint) if source.checkpoint else None,
               "global_step": source.global_step, "env": cfg.env, "tasks_from": origin, "split": args.split,
               "max_steps": cfg.max_steps, "max_response_length": cfg.max_response_length, **sampling.describe(),

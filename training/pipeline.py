@@ -105,7 +105,7 @@ def collect_batch(policy: Policy, step: int, *, selection: str, rho: float, timi
     cfg = policy.cfg
     with timed(timings, "time/rollout"):
         specs = policy.games.sample_train(policy.rng(step, 0), cfg.batch_size)
-        trajs = policy.collect(step, [s for s in specs for _ in range(cfg.group_size)], desc=desc)
+        trajs = policy.collect(step, [s for s in specs for _ in range(cfg.group_size)], desc=desc, timings=timings)
     return trajs, batch_statistics(policy, trajs, step, selection=selection, rho=rho, timings=timings)
 
 

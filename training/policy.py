@@ -122,23 +122,55 @@ class Policy:
         self.scorer = ReplayScorer(self.model, token_budget=cfg.scoring_token_budget, progress=False)
         self.settings = GenerationSettings(max_new_tokens=cfg.max_response_length, temperature=cfg.temperature,
                                            top_p=cfg.top_p, batch=cfg.generation_batch)
+        self._engine = None
+        self._engine_stale = False
+        self._env = None  # the batched environment kept between rollouts (env_workers > 0)
+
+    @property
+    def engine(self):
+        """The rollout engine of ``cfg.rollout_engine`` (:mod:`training.engines`), built on first use."""
+        if self._engine is None:
+            from training.engines import make_engine
+
+            cfg = self.cfg
+            self._engine = make_engine(cfg.rollout_engine, self.model,
+                                       max_model_len=cfg.max_prompt_length + cfg.max_response_length,
+                                       gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                                       enforce_eager=cfg.vllm_enforce_eager, seed=cfg.seed)
+            self._engine_stale = False
+        return self._engine
+
+    def weights_updated(self) -> None:
+        """Say that the model's weights changed: the engine receives them before the next rollout."""
+        self._engine_stale = True
+
+    def close(self) -> None:
+        """Free the rollout engine (a vLLM engine holds GPU memory) and stop the environment workers."""
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
 
     def rng(self, step: int, purpose: int) -> np.random.Generator:
         """The generator of one purpose at one step (0 tasks, 1/2 sampling, 3 selection, 4 update order)."""
         return np.random.default_rng([self.cfg.seed, step, purpose])
 
-    def collect(self, step: int, specs, *, desc: str = "rollout") -> list[Trajectory]:
+    def collect(self, step: int, specs, *, desc: str = "rollout",
+                timings: dict[str, float] | None = None) -> list[Trajectory]:
         """Roll out ``specs`` (one environment each, ``group_size`` consecutive specs a group), sampled with
         the rollout settings."""
         cfg = self.cfg
-        torch.manual_seed(int(self.rng(step, 1).integers(2**31)))
         tasks = [{"uid": f"s{step}_t{i // cfg.group_size}_r{i % cfg.group_size}",
                   "group_uid": f"s{step}_t{i // cfg.group_size}"} for i in range(len(specs))]
-        return self.play(specs, tasks, self.settings, env_seed=step, desc=desc)
+        return self.play(specs, tasks, self.settings, env_seed=step, sample_seed=int(self.rng(step, 1).integers(2**31)),
+                         desc=desc, timings=timings)
 
-    def play(self, specs, tasks: list[dict], settings: GenerationSettings, *, env_seed: int,
-             desc: str = "rollout") -> list[Trajectory]:
-        """One episode per task of ``specs`` in batched environments, decoded with ``settings``.
+    def play(self, specs, tasks: list[dict], settings: GenerationSettings, *, env_seed: int, sample_seed: int,
+             desc: str = "rollout", timings: dict[str, float] | None = None) -> list[Trajectory]:
+        """One episode per task of ``specs`` in batched environments, decoded with ``settings`` by the
+        rollout engine.
 
         Parameters
         ----------
@@ -148,17 +180,40 @@ class Policy:
         settings : GenerationSettings
         env_seed : int
             Seed of the environments.
+        sample_seed : int
+            Seed of the sampling (torch's generator with ``rollout_engine=hf``).
         desc : str
             Progress-bar label.
+        timings : dict, optional
+            Seconds added to ``time/rollout_generate``, ``time/rollout_env``, ``time/rollout_render`` and
+            ``time/rollout_sync`` (pushing weights into the engine, waking it and putting it to sleep).
         """
         cfg = self.cfg
-        env = self.games.make_env(list(specs), max_steps=cfg.max_steps, workers=cfg.env_workers, seed=env_seed)
+        timings = {} if timings is None else timings
+        engine = self.engine
+        with timed(timings, "time/rollout_sync"):
+            if self._engine_stale:
+                engine.sync(self.model)
+                self._engine_stale = False
+            respond = engine.responder(self.tokenizer, settings, sample_seed)
+        env = None
         try:
+            with timed(timings, "time/rollout_env"):
+                env = self.games.make_env(list(specs), max_steps=cfg.max_steps, workers=cfg.env_workers,
+                                          seed=env_seed, reuse=self._env)
+            self._env = env if cfg.env_workers > 0 else None  # worker processes live on for the next rollout
             return rollout(self.model, self.tokenizer, self.renderer, env, tasks, env_name=cfg.env,
                            history_length=cfg.history_length, max_prompt_length=cfg.max_prompt_length,
-                           settings=settings, progress=cfg.progress, desc=desc)
+                           settings=settings, progress=cfg.progress, desc=desc, respond=respond, timings=timings)
+        except BaseException:
+            self._env = None  # a worker may be mid-command: never reuse it
+            raise
         finally:
-            env.close()
+            with timed(timings, "time/rollout_env"):
+                if env is not None and env is not self._env:
+                    env.close()
+            with timed(timings, "time/rollout_sync"):
+                engine.sleep()
 
     def logprobs(self, pairs, model=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Padded float32 log-probs (S, T) and mask of each (prompt ids, response ids) pair, on the CPU."""

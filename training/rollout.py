@@ -7,6 +7,8 @@ an invalid action (sent to the environment as it is, which answers "Nothing happ
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -156,6 +158,20 @@ def step_prompt(renderer: PromptRenderer, env_name: str, *, task: str, history: 
 Responder = Callable[[list[int], list[list[int]]], list[list[int]]]
 """``respond(active, prompts) -> responses``: token ids answering each prompt of the active environments."""
 
+ROLLOUT_TIMINGS = ("time/rollout_generate", "time/rollout_env", "time/rollout_render")
+"""Where a rollout's time goes: sampling responses, stepping the environments (reset included), and
+rendering prompts and parsing responses."""
+
+
+@contextmanager
+def _timed(timings: dict[str, float] | None, name: str):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        if timings is not None:
+            timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+
 
 def rollout(
     model,
@@ -171,6 +187,7 @@ def rollout(
     progress: bool = True,
     desc: str = "rollout",
     respond: Responder | None = None,
+    timings: dict[str, float] | None = None,
 ) -> list[Trajectory]:
     """Play every environment of ``env`` to the end (win, loss or step cap).
 
@@ -193,9 +210,13 @@ def rollout(
     respond : callable, optional
         ``respond(active, prompts) -> response ids``: what answers the prompts of the environments
         ``active`` (indices into ``tasks``) instead of sampling from ``model`` (an expert's
-        demonstrations, :mod:`training.sft`); each response should end with a stop token.
+        demonstrations, :mod:`training.sft`, or a rollout engine, :mod:`training.engines`); each response
+        should end with a stop token.
+    timings : dict, optional
+        Seconds added to each key of :data:`ROLLOUT_TIMINGS`.
     """
-    observations = env.reset()
+    with _timed(timings, "time/rollout_env"):
+        observations = env.reset()
     trajs = [Trajectory(uid=t["uid"], group_uid=t["group_uid"], task=o.task, task_type=o.task_type, game=o.game)
              for t, o in zip(tasks, observations)]
     current = [(o.text, list(o.admissible)) for o in observations]
@@ -205,33 +226,39 @@ def rollout(
         if not active:
             break
         prompts, shown, histories = [], [], []
-        for i in active:
-            traj, (obs, admissible) = trajs[i], current[i]
-            history = [(s.obs, s.action) for s in traj.steps]
-            histories.append(history)
-            ids, h = step_prompt(renderer, env_name, task=traj.task, history=history, obs=obs, admissible=admissible,
-                                 history_length=history_length, max_prompt_length=max_prompt_length)
-            prompts.append(ids)
-            shown.append(h)
-        if respond is None:
-            responses = generate(model, tokenizer, prompts, settings)
-        else:
-            responses = respond(active, prompts)
+        with _timed(timings, "time/rollout_render"):
+            for i in active:
+                traj, (obs, admissible) = trajs[i], current[i]
+                history = [(s.obs, s.action) for s in traj.steps]
+                histories.append(history)
+                ids, h = step_prompt(renderer, env_name, task=traj.task, history=history, obs=obs,
+                                     admissible=admissible, history_length=history_length,
+                                     max_prompt_length=max_prompt_length)
+                prompts.append(ids)
+                shown.append(h)
+        with _timed(timings, "time/rollout_generate"):
+            if respond is None:
+                responses = generate(model, tokenizer, prompts, settings)
+            else:
+                responses = respond(active, prompts)
         actions, samples = [], {}
-        for j, i in enumerate(active):
-            text = tokenizer.decode(responses[j], skip_special_tokens=True)
-            parsed = parse_output(env_name, text)
-            action = parsed.action if parsed.action else text.strip()[:200]
-            traj, (obs, admissible) = trajs[i], current[i]
-            samples[i] = StepSample(
-                step_idx=len(traj.steps), obs=obs, admissible=admissible,
-                history=histories[j], history_shown=shown[j], prompt_ids=prompts[j],
-                response_ids=responses[j], response_text=text, action=action, well_formed=parsed.well_formed)
-            actions.append(action)
+        with _timed(timings, "time/rollout_render"):
+            texts = tokenizer.batch_decode([responses[j] for j in range(len(active))], skip_special_tokens=True)
+            for j, i in enumerate(active):
+                text = texts[j]
+                parsed = parse_output(env_name, text)
+                action = parsed.action if parsed.action else text.strip()[:200]
+                traj, (obs, admissible) = trajs[i], current[i]
+                samples[i] = StepSample(
+                    step_idx=len(traj.steps), obs=obs, admissible=admissible,
+                    history=histories[j], history_shown=shown[j], prompt_ids=prompts[j],
+                    response_ids=responses[j], response_text=text, action=action, well_formed=parsed.well_formed)
+                actions.append(action)
         full_actions = [""] * len(trajs)
         for j, i in enumerate(active):
             full_actions[i] = actions[j]
-        results = env.step(full_actions)
+        with _timed(timings, "time/rollout_env"):
+            results = env.step(full_actions)
         for i in active:
             res, sample, traj = results[i], samples[i], trajs[i]
             sample.obs_next = res.obs

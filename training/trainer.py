@@ -48,6 +48,7 @@ from ocsd.environments import get_environment
 from ocsd.records import (LOCK_FILE, METRICS_FILE, RECORDED_VIEWS, RUN_FILE, RecordError, RunLock,
                           RunWriter, checkpoint_dirs, checkpoint_folders, read_run_info, write_replay)
 from training.config import TrainConfig
+from training.engines import response_token_count
 from training.pipeline import collect_batch, record_tables, replay_meta, score_selected
 from training.policy import Policy, load_policy, timed, write_actor
 from training.replay import ReplayScores, StepKey
@@ -62,7 +63,8 @@ REQUIRED_TIMINGS = ("time/rollout", "time/old_logprob", "time/ref_logprob", "tim
 # it reports and which local resources it uses); any other difference means a different run
 RESUMABLE_CHANGES = frozenset({"total_steps", "progress", "resume", "overwrite", "run_dir", "games_dir", "save_freq",
                                "test_freq", "val_tasks", "env_workers", "scoring_token_budget", "micro_batch_tokens",
-                               "generation_batch", "device", "save_weights"})
+                               "generation_batch", "device", "save_weights", "rollout_engine",
+                               "vllm_gpu_memory_utilization", "vllm_enforce_eager"})
 STATE_FILE = "trainer_state.pt"
 
 
@@ -224,6 +226,7 @@ class Trainer:
         self.start_step = 1
         self.policy = Policy(cfg, self.games, init_from=resume_from / "actor" if resume_from else None)
         self.tokenizer, self.model, self.renderer = self.policy.tokenizer, self.policy.model, self.policy.renderer
+        self.policy.engine  # built now (a vLLM engine's start-up is not a step's rollout time)
         if resume_from is None:
             self._clear_run()
         self.ref_model = None
@@ -247,8 +250,11 @@ class Trainer:
                                     "seed": cfg.seed, "config": cfg.to_dict(), "games": self.games.describe()})
 
     def close(self) -> None:
-        """Release the run folder's lock (:meth:`fit` does when it returns)."""
-        self.lock.release()
+        """Free the rollout engine and release the run folder's lock (:meth:`fit` does when it returns)."""
+        try:
+            self.policy.close()
+        finally:
+            self.lock.release()
 
     # -- checkpoints ----------------------------------------------------------------------------
 
@@ -326,6 +332,7 @@ class Trainer:
                 except FloatingPointError as exc:
                     raise TrainingError(f"step {step}: {exc}; the run stops and keeps its last checkpoint "
                                         f"in {cfg.run_dir}") from exc
+                self.policy.weights_updated()
             row = self._metrics(step, trajs, stats, inputs, token_adv, scores, update_metrics)
             if is_ckpt:
                 with timed(timings, "time/save_checkpoint"):
@@ -370,6 +377,7 @@ class Trainer:
                                                                                         minlength=len(trajs))
         row = {"step": step, "reward_mean": float(stats.returns.mean()), "success_rate": float(won.mean()),
                "episode_length": float(np.mean([len(t.steps) for t in trajs])),
+               "rollout/new_tokens": response_token_count(trajs),
                "well_formed_rate": step_share(all_steps, lambda s: s.well_formed),
                "invalid_action_rate": step_share(all_steps, lambda s: s.feedback_label == "invalid"),
                "adv/traj_mean": float(adv_traj.mean()), "adv/traj_abs_mean": float(np.abs(adv_traj).mean()),

@@ -24,6 +24,7 @@ from ocsd.replay.scoring import response_logprobs  # noqa: E402
 from ocsd.algorithm.signals import num_selected  # noqa: E402
 from training.config import ConfigError, load_config, make_config  # noqa: E402
 from training.envs.games import GameSource  # noqa: E402
+from training.rollout import ROLLOUT_TIMINGS  # noqa: E402
 from training.trainer import Trainer, TrainingError  # noqa: E402
 from training.update import LossSettings, UpdateBatch, ppo_update  # noqa: E402
 
@@ -63,8 +64,12 @@ def _check_run(run_dir: Path, cfg):
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2]
     for key in ("reward_mean", "success_rate", "time/rollout", "time/old_logprob", "time/replay_scoring",
-                "time/advantage", "time/update", "time/step"):
+                "time/advantage", "time/update", "time/step", "rollout/new_tokens", *ROLLOUT_TIMINGS,
+                "time/rollout_sync"):
         assert all(key in r for r in rows), key
+    for r in rows:  # the parts of the rollout are inside it, and it is mostly them
+        parts = sum(r[k] for k in (*ROLLOUT_TIMINGS, "time/rollout_sync"))
+        assert 0 < parts <= r["time/rollout"] and r["rollout/new_tokens"] > 0
 
 
 @pytest.mark.parametrize("method", list(METHODS))
@@ -216,3 +221,22 @@ def test_resume_refuses_a_run_with_other_settings(tmp_path, games):
     fresh = Trainer(tiny_cfg(tmp_path / "r", total_steps=1, kl_coef=0.0, method="grpo", overwrite=True), games=games)
     assert fresh.start_step == 1 and not list((tmp_path / "r").glob("global_step_*"))
     fresh.close()
+
+
+def test_environment_workers_live_across_steps(tmp_path, games, monkeypatch):
+    """With env_workers > 0 the worker processes are started once and reloaded for every rollout
+    (training steps and validation), and stopped when the run ends."""
+    from training.envs import alfworld_batch
+
+    built, real_init = [], alfworld_batch.AlfworldBatchEnv.__init__
+
+    def counting_init(self, *args, **kwargs):
+        built.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(alfworld_batch.AlfworldBatchEnv, "__init__", counting_init)
+    cfg = tiny_cfg(tmp_path / "run", env_workers=1, test_freq=1, val_tasks=1, save_freq=2)
+    Trainer(cfg, games=games).fit()
+    assert len(built) == 1 and built[0].closed
+    rows = read_metrics(tmp_path / "run")
+    assert all("val/success_rate" in r for r in rows)
