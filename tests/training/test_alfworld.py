@@ -238,20 +238,48 @@ def test_batch_env_reload_plays_like_a_new_env(generated, workers):
         env.reload([specs[0]])
 
 
-def test_memoized_grammar_parses_change_nothing(generated, monkeypatch):
-    """Observations and admissible commands are the same with TextWorld's own template parsing as with
-    the memoized one, over whole episodes of every task type (wins, invalid and no-progress steps)."""
+def test_batch_env_reload_in_the_background(generated):
+    """``reload(wait=False)`` returns before the workers are done; a reload of the same games only waits,
+    one of other games replaces them, and stepping or resetting first waits as well."""
+    _, specs = generated
+    with AlfworldBatchEnv([specs[0]], max_steps=3, num_workers=2, seed=0) as env:
+        env.reload([specs[1], specs[2], specs[3]], seed=5, wait=False)
+        assert env._pending is not None
+        env.reload([specs[1], specs[2], specs[3]], seed=5)  # the same games: waits for them
+        assert env._pending is None
+        first = env.reset()
+        assert [o.task_type for o in first] == ["look", "clean", "heat"] and env.seeds == [5, 6, 7]
+        env.reload([specs[4]], seed=1, wait=False)
+        env.reload([specs[5], specs[0]], seed=2)  # other games: the pending load is finished, then replaced
+        assert [o.task_type for o in env.reset()] == ["pick2", "pick"]
+        env.reload([specs[1]], wait=False)
+        assert env.step(["look"])[0].active  # stepping waits for the load
+        with AlfworldBatchEnv([specs[1], specs[2], specs[3]], max_steps=3, num_workers=0) as fresh:
+            assert [(o.text, o.admissible) for o in fresh.reset()] == [(o.text, o.admissible) for o in first]
+
+
+def test_fast_text_generation_changes_nothing(generated, monkeypatch):
+    """Observations and admissible commands are the same with TextWorld's own template parsing and context
+    copies as with the fast ones, over whole episodes of every task type (wins, invalid and no-progress
+    steps, a random admissible action at each step before the expert's plan)."""
+    import random
+
     import textworld.envs.pddl.textgen as textgen
 
     from training.envs import alfworld_engine
 
     _, specs = generated
 
-    def trace(spec):
+    def trace(spec, seed):
+        rng = random.Random(seed)
         game = AlfworldGame(spec, max_steps=40)
         obs = game.reset()
-        out = [(obs.text, tuple(obs.admissible))]
-        for action in ["look", "inventory", "jump over the moon", *expert_walkthrough(spec)]:
+        out, admissible = [(obs.text, tuple(obs.admissible))], obs.admissible
+        for k in range(6):
+            res = game.step(["look", "inventory", "jump over the moon"][k] if k < 3 else rng.choice(admissible))
+            out.append((res.obs, tuple(res.admissible), res.won, res.feedback_label))
+            admissible = res.admissible
+        for action in expert_walkthrough(spec):
             res = game.step(action)
             out.append((res.obs, tuple(res.admissible), res.won, res.feedback_label))
             if res.done:
@@ -259,7 +287,8 @@ def test_memoized_grammar_parses_change_nothing(generated, monkeypatch):
         game.close()
         return out
 
-    alfworld_engine.memoize_grammar_parses()
-    memoized = [trace(s) for s in specs]
-    monkeypatch.setattr(textgen, "_parse_and_convert", alfworld_engine._ORIGINAL_PARSE[0])
-    assert [trace(s) for s in specs] == memoized
+    alfworld_engine.fast_text_generation()
+    fast = [trace(s, i) for i, s in enumerate(specs)]
+    monkeypatch.setattr(textgen, "_parse_and_convert", alfworld_engine._ORIGINALS["parse"])
+    monkeypatch.setattr(textgen, "copy_context", alfworld_engine._ORIGINALS["copy_context"])
+    assert [trace(s, i) for i, s in enumerate(specs)] == fast

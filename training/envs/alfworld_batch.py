@@ -62,10 +62,10 @@ def _worker(conn, specs: list[GameSpec], max_steps: int) -> None:
         conn.send(("ok", None))
         while True:
             cmd, payload = conn.recv()
-            if cmd == "load":
+            if cmd == "load":  # new games, reset at once: their first observations go back
                 group.close()
                 group = _LocalGroup(*payload)
-                conn.send(("ok", None))
+                conn.send(("ok", group.reset()))
             elif cmd == "reset":
                 conn.send(("ok", group.reset()))
             elif cmd == "step":
@@ -156,6 +156,8 @@ class AlfworldBatchEnv:
         self.seed = int(seed)
         self.seeds: list[int] = []
         self._closed = False
+        self._pending = None  # (specs, max_steps, seed) of a reload the workers have not answered yet
+        self._fresh = None  # first observations of games the workers loaded and reset
         if num_workers == 0:
             self._ranges = [range(len(specs))]
             self._groups = [_LocalGroup(specs, self.max_steps)]
@@ -180,11 +182,12 @@ class AlfworldBatchEnv:
         return self._closed
 
     def reload(self, specs_per_env: Sequence[GameSpec], *, max_steps: int | None = None,
-               seed: int | None = None) -> "AlfworldBatchEnv":
+               seed: int | None = None, wait: bool = True) -> "AlfworldBatchEnv":
         """Replace the games with new ones in the same worker processes (no new processes).
 
         Workers keep their imports, planner libraries and memoized translations, so a rollout that
-        reuses the environment starts much faster than one that builds a new one. Returns ``self``.
+        reuses the environment starts much faster than one that builds a new one. Each worker resets its
+        new games at once; the next :meth:`reset` returns those first observations. Returns ``self``.
 
         Parameters
         ----------
@@ -194,18 +197,26 @@ class AlfworldBatchEnv:
             New step cap (default: unchanged).
         seed : int, optional
             New base seed (default: unchanged).
+        wait : bool, default True
+            False returns as soon as the workers have their orders, so the games load while this
+            process does other work (the trainer's update); the next call that needs the workers waits
+            for them, and a ``reload`` of the same games, step cap and seed only waits.
         """
         if self._closed:
             raise RuntimeError("AlfworldBatchEnv is closed")
         specs = list(specs_per_env)
         _check_specs(specs)
-        if max_steps is not None:
-            if max_steps < 1:
-                raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-            self.max_steps = int(max_steps)
-        if seed is not None:
-            self.seed = int(seed)
-        self.specs, self.seeds = specs, []
+        if max_steps is not None and max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        target = (specs, self.max_steps if max_steps is None else int(max_steps),
+                  self.seed if seed is None else int(seed))
+        if self._pending is not None:
+            same = self._pending == target
+            self._finish_load()
+            if same:
+                return self
+        self.specs, self.max_steps, self.seed = target
+        self.seeds, self._fresh = [], None
         if self.num_workers == 0:
             self._groups[0].close()
             self._groups = [_LocalGroup(specs, self.max_steps)]
@@ -215,16 +226,30 @@ class AlfworldBatchEnv:
         try:
             for g, r in zip(self._groups, self._ranges):
                 g.send("load", ([specs[i] for i in r], self.max_steps))
-            for g in self._groups:
-                g.recv()
         except BaseException:
             self.close()
             raise
+        self._pending = target
+        if wait:
+            self._finish_load()
         return self
+
+    def _finish_load(self) -> None:
+        """Wait for the workers' answers to a :meth:`reload` (their games' first observations)."""
+        try:
+            fresh: list = []
+            for g in self._groups:
+                fresh.extend(g.recv())
+        except BaseException:
+            self.close()
+            raise
+        self._pending, self._fresh = None, fresh
 
     def _call(self, cmd: str, per_env: list | None = None) -> list:
         if self._closed:
             raise RuntimeError("AlfworldBatchEnv is closed")
+        if self._pending is not None:
+            self._finish_load()
         if self.num_workers == 0:
             group = self._groups[0]
             return group.reset() if cmd == "reset" else group.step(per_env)
@@ -246,6 +271,11 @@ class AlfworldBatchEnv:
         if seed is not None:
             self.seed = int(seed)
         self.seeds = [self.seed + i for i in range(len(self.specs))]
+        if self._pending is not None:
+            self._finish_load()
+        if self._fresh is not None:  # games just loaded and reset by the workers
+            fresh, self._fresh = self._fresh, None
+            return fresh
         return self._call("reset")
 
     def step(self, actions: Sequence[str]) -> list[StepResult]:

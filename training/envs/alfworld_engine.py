@@ -7,8 +7,9 @@
   :class:`AlfworldDataError`.
 * :func:`memoized_translation` reuses fast-downward's PDDL->SAS translation of identical problems
   within this process.
-* :func:`memoize_grammar_parses` makes TextWorld parse each text-grammar template once per process
-  instead of on every step (about 3x faster steps; observations and admissible commands unchanged).
+* :func:`fast_text_generation` makes TextWorld's text generation about 10x faster (each grammar template
+  parsed once per process, contexts copied without deep copies); observations and admissible commands
+  are unchanged.
 
 :mod:`training.envs.alfworld_game` plays games on it; :mod:`training.envs.alfworld_gen` plans generated
 ones.
@@ -20,7 +21,7 @@ import contextlib
 import copy
 import functools
 
-__all__ = ["AlfworldDataError", "close_engine", "load_game", "make_engine", "memoize_grammar_parses",
+__all__ = ["AlfworldDataError", "close_engine", "fast_text_generation", "load_game", "make_engine",
            "memoized_translation"]
 
 
@@ -61,33 +62,48 @@ def memoized_translation():
 
 @functools.lru_cache(maxsize=8192)
 def _parsed_template(text: str, rule_name: str | None):
-    return _ORIGINAL_PARSE[0](text, rule_name=rule_name)
+    return _ORIGINALS["parse"](text, rule_name=rule_name)
 
 
-_ORIGINAL_PARSE: list = []
+_ORIGINALS: dict = {}
+"""TextWorld's own ``_parse_and_convert`` and ``copy_context``, once :func:`fast_text_generation` replaced them."""
 
 
-def memoize_grammar_parses() -> None:
-    """Parse each text-grammar template once per process (idempotent).
+def fast_text_generation() -> None:
+    """Make TextWorld's text generation fast without changing a word of it (idempotent, per process).
 
-    Every step, TextWorld's PDDL engine derives the text of each admissible command and of the feedback
-    from grammar templates, and ``ContextSensitiveGrammar.derive`` parses its template string with TatSu
-    each time (about two thirds of a step). The parse depends only on the string, so it is cached and
-    each call receives a deep copy of the parsed symbols (derivation sets their contexts), exactly what a
-    fresh parse would return. Traced parses (``TW_CSG_TRACE``) are not cached.
+    Every step, the PDDL engine derives the text of the feedback and of each admissible command from the
+    game's grammar, and two things take most of a step's time:
+
+    * ``ContextSensitiveGrammar.derive`` parses its template string with TatSu on every call. The parse
+      depends only on the string, so it is cached; each call receives a deep copy of the parsed symbols
+      (derivation sets their contexts), exactly what a fresh parse returns. Traced parses
+      (``TW_CSG_TRACE``) are not cached.
+    * ``copy_context`` deep-copies the context's ``variables`` (entity infos) and ``mapping`` (placeholder
+      to variable) for every symbol. Derivation only adds entries to these dicts, never changes the objects
+      in them (ALFWorld's grammar evaluates attribute reads such as ``o.indefinite + ' ' + o.name``, and the
+      entity infos it reads are the game's shared ones), so copies of the dicts suffice.
+
+    Together about 10x faster steps; observations and admissible commands are tested identical over whole
+    episodes of every task type (``tests/training/test_alfworld.py``).
     """
     import textworld.envs.pddl.textgen as textgen
 
-    if _ORIGINAL_PARSE:
+    if _ORIGINALS:
         return
-    _ORIGINAL_PARSE.append(textgen._parse_and_convert)
+    _ORIGINALS.update(parse=textgen._parse_and_convert, copy_context=textgen.copy_context)
 
     def parse(text, rule_name=None, **kwargs):
         if kwargs.get("trace") or set(kwargs) - {"trace"} or not isinstance(text, str):
-            return _ORIGINAL_PARSE[0](text, rule_name=rule_name, **kwargs)
+            return _ORIGINALS["parse"](text, rule_name=rule_name, **kwargs)
         return copy.deepcopy(_parsed_template(text, rule_name))
 
+    def copy_context(context):
+        return {"state": context["state"], "facts": context["facts"], "variables": dict(context["variables"]),
+                "mapping": dict(context["mapping"]), "entity_infos": context["entity_infos"]}
+
     textgen._parse_and_convert = parse
+    textgen.copy_context = copy_context
 
 
 # Planner libraries of closed engines, reused by new ones (see close_engine).
@@ -100,7 +116,7 @@ def make_engine(walkthrough: bool = False):
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
     from textworld.envs.pddl import PddlEnv
 
-    memoize_grammar_parses()
+    fast_text_generation()
     extras = ["gamefile"] + (["walkthrough"] if walkthrough else [])
     infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=extras)
     original = fast_downward.load_lib
