@@ -98,14 +98,20 @@ def batch_statistics(policy: Policy, trajs: list[Trajectory], step: int, *, sele
                            protocol.returns.numpy(), old_logp, mask, nll, selected)
 
 
+def step_tasks(policy: Policy, step: int) -> list:
+    """The environments of one step: ``batch_size`` training tasks drawn by the step's generator, each
+    repeated ``group_size`` times (a function of the config and the step only)."""
+    cfg = policy.cfg
+    specs = policy.games.sample_train(policy.rng(step, 0), cfg.batch_size)
+    return [s for s in specs for _ in range(cfg.group_size)]
+
+
 def collect_batch(policy: Policy, step: int, *, selection: str, rho: float, timings: dict[str, float],
                   desc: str = "rollout") -> tuple[list[Trajectory], BatchStatistics]:
-    """Sample ``batch_size`` training tasks, roll each out ``group_size`` times (``time/rollout``) and
-    compute the batch's :class:`BatchStatistics` (see :func:`batch_statistics`)."""
-    cfg = policy.cfg
+    """Roll out the step's tasks (:func:`step_tasks`, ``time/rollout``) and compute the batch's
+    :class:`BatchStatistics` (see :func:`batch_statistics`)."""
     with timed(timings, "time/rollout"):
-        specs = policy.games.sample_train(policy.rng(step, 0), cfg.batch_size)
-        trajs = policy.collect(step, [s for s in specs for _ in range(cfg.group_size)], desc=desc, timings=timings)
+        trajs = policy.collect(step, step_tasks(policy, step), desc=desc, timings=timings)
     return trajs, batch_statistics(policy, trajs, step, selection=selection, rho=rho, timings=timings)
 
 

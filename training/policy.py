@@ -140,6 +140,14 @@ class Policy:
             self._engine_stale = False
         return self._engine
 
+    def prefetch(self, specs, *, env_seed: int) -> None:
+        """Start loading the games of a later rollout (``specs``, ``env_seed``, as :meth:`collect` will play
+        them) in the environment workers and return at once; the rollout that plays them only waits for
+        what is not done by then. Nothing happens without worker processes (``env_workers=0``) or before
+        the first rollout has started them."""
+        if self._env is not None and not self._env.closed and hasattr(self._env, "reload"):
+            self._env.reload(list(specs), max_steps=self.cfg.max_steps, seed=env_seed, wait=False)
+
     def weights_updated(self) -> None:
         """Say that the model's weights changed: the engine receives them before the next rollout."""
         self._engine_stale = True

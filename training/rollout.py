@@ -155,6 +155,24 @@ def step_prompt(renderer: PromptRenderer, env_name: str, *, task: str, history: 
     return fit_history(render, min(history_length, len(history)), max_prompt_length)
 
 
+def step_prompts(renderer: PromptRenderer, env_name: str, steps: Sequence[tuple[str, list, str, Sequence[str]]], *,
+                 history_length: int, max_prompt_length: int) -> list[tuple[list[int], int]]:
+    """:func:`step_prompt` of many steps, ``(task, history, obs, admissible)`` each, with one batched
+    tokenizer call for the prompts that fit with their whole history window (the others are fitted one by
+    one as :func:`step_prompt` fits them). Same ids and history counts as :func:`step_prompt`."""
+    shown = [min(history_length, len(history)) for _, history, _, _ in steps]
+    texts = [interaction_text(env_name, task=task, step_idx=len(history), history=history, current_obs=obs,
+                              admissible_actions=list(admissible), history_length=h)
+             for (task, history, obs, admissible), h in zip(steps, shown)]
+    out = []
+    for (task, history, obs, admissible), ids, h in zip(steps, renderer.render_ids_many(texts), shown):
+        if len(ids) > max_prompt_length:
+            ids, h = step_prompt(renderer, env_name, task=task, history=history, obs=obs, admissible=admissible,
+                                 history_length=history_length, max_prompt_length=max_prompt_length)
+        out.append((ids, h))
+    return out
+
+
 Responder = Callable[[list[int], list[list[int]]], list[list[int]]]
 """``respond(active, prompts) -> responses``: token ids answering each prompt of the active environments."""
 
@@ -225,17 +243,12 @@ def rollout(
         active = [i for i, t in enumerate(trajs) if not t.done]
         if not active:
             break
-        prompts, shown, histories = [], [], []
         with _timed(timings, "time/rollout_render"):
-            for i in active:
-                traj, (obs, admissible) = trajs[i], current[i]
-                history = [(s.obs, s.action) for s in traj.steps]
-                histories.append(history)
-                ids, h = step_prompt(renderer, env_name, task=traj.task, history=history, obs=obs,
-                                     admissible=admissible, history_length=history_length,
-                                     max_prompt_length=max_prompt_length)
-                prompts.append(ids)
-                shown.append(h)
+            histories = [[(s.obs, s.action) for s in trajs[i].steps] for i in active]
+            fitted = step_prompts(renderer, env_name, [(trajs[i].task, history, *current[i])
+                                                       for i, history in zip(active, histories)],
+                                  history_length=history_length, max_prompt_length=max_prompt_length)
+            prompts, shown = [ids for ids, _ in fitted], [h for _, h in fitted]
         with _timed(timings, "time/rollout_generate"):
             if respond is None:
                 responses = generate(model, tokenizer, prompts, settings)

@@ -49,7 +49,7 @@ from ocsd.records import (LOCK_FILE, METRICS_FILE, RECORDED_VIEWS, RUN_FILE, Rec
                           RunWriter, checkpoint_dirs, checkpoint_folders, read_run_info, write_replay)
 from training.config import TrainConfig
 from training.engines import response_token_count
-from training.pipeline import collect_batch, record_tables, replay_meta, score_selected
+from training.pipeline import collect_batch, record_tables, replay_meta, score_selected, step_tasks
 from training.policy import Policy, load_policy, timed, write_actor
 from training.replay import ReplayScores, StepKey
 from training.envs.runtime import step_share
@@ -302,6 +302,9 @@ class Trainer:
         is_ckpt = step % cfg.save_freq == 0 or step == cfg.total_steps
         with timed(timings, "time/step"):
             trajs, stats = collect_batch(self.policy, step, selection=spec.selection, rho=cfg.rho, timings=timings)
+            if step < cfg.total_steps and not (cfg.test_freq and step % cfg.test_freq == 0):
+                # the next step's games load in the environment workers during this step's GPU phases
+                self.policy.prefetch(step_tasks(self.policy, step + 1), env_seed=step + 1)
             keys, pairs, old_logp, mask = stats.keys, stats.pairs, stats.old_logp, stats.mask
             ref_logp = None
             if cfg.kl_coef > 0:

@@ -339,6 +339,19 @@ class PromptRenderer:
             return self.canonical_ids(user_text)
         return list(self.prefix_ids) + self.encode(user_text) + list(self.suffix_ids)
 
+    def render_ids_many(self, user_texts: Sequence[str]) -> list[list[int]]:
+        """:meth:`render_ids` of many messages, tokenised in one batched (parallel) tokenizer call."""
+        if not user_texts:
+            return []
+        if self.segment_mode == "joint":
+            texts = [self.chat_text(t) if self.use_chat_template else t for t in user_texts]
+            encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+            prefix = list(self.prefix_ids) if not self.use_chat_template else []
+            return [prefix + _as_ids(ids) for ids in encoded]
+        encoded = self.tokenizer(list(user_texts), add_special_tokens=False)["input_ids"]
+        return [list(self.prefix_ids) + (_as_ids(ids) if text else []) + list(self.suffix_ids)
+                for text, ids in zip(user_texts, encoded)]
+
     def canonical_ids(self, user_text: str) -> list[int]:
         """Tokenisation of the whole chat string at once."""
         if not self.use_chat_template:

@@ -240,3 +240,14 @@ def test_environment_workers_live_across_steps(tmp_path, games, monkeypatch):
     assert len(built) == 1 and built[0].closed
     rows = read_metrics(tmp_path / "run")
     assert all("val/success_rate" in r for r in rows)
+
+
+def test_environment_workers_and_prefetching_change_no_result(tmp_path, games):
+    """Games loaded in worker processes, the next step's while this one updates, give the run that
+    games played in this process give: the same replay tables."""
+    runs = {}
+    for workers in (0, 1):
+        cfg = tiny_cfg(tmp_path / f"w{workers}", env_workers=workers, total_steps=3, save_freq=1)
+        runs[workers] = read_replay(Trainer(cfg, games=games).fit())
+    pd.testing.assert_frame_equal(runs[0].steps.drop(columns="checkpoint", errors="ignore"),
+                                  runs[1].steps.drop(columns="checkpoint", errors="ignore"))
