@@ -118,6 +118,7 @@ def test_model_sources(tmp_path, tiny_checkpoint):
     (["--model", "tiny", "--rho", "1.5"], "rho=1.5: must be in (0, 1]"),  # the config's rule and message
     (["--model", "tiny", "--rho", "0"], "rho=0.0: must be in (0, 1]"),
     (["--model", "tiny", "--rho", "nan"], "rho=nan: must be in (0, 1]"),
+    (["--model", "tiny", "rollout_engine=vllm"], "rollout_engine='vllm': needs device=cuda"),
 ])
 def test_flag_errors_exit_2_before_work(argv, message, capsys):
     assert main([*argv, "--tasks", "1", "--group", "2"]) == 2

@@ -177,6 +177,8 @@ def test_malformed_yaml_exits_2_in_one_line(tmp_path, no_evaluation, capsys):
     assert main(["--ckpt", "tiny", "lr=["]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: override 'lr=['") and err.count("\n") == 1
+    assert main(["--ckpt", "tiny", "rollout_engine=vllm"]) == 2  # on the CPU
+    assert "rollout_engine='vllm': needs device=cuda" in capsys.readouterr().err
     proc = subprocess.run([sys.executable, "-m", "training.evaluate", "--ckpt", "tiny", "--config", str(bad)],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
