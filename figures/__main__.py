@@ -47,7 +47,8 @@ FIGURES: dict[str, Callable[[list, argparse.Namespace], list[Path]]] = {
     "fig2_diagnosis": _fig2,
     "fig4_dynamics": lambda runs, a: fig4_dynamics.build(runs, a.out, pdf=a.pdf, dpi=a.dpi),
     "fig6_cost": lambda runs, a: fig6_cost.build(runs, a.out, pdf=a.pdf, dpi=a.dpi),
-    "tables": lambda runs, a: tables.build(a.out, run_dirs=a.run, index=a.index),
+    "tables": lambda runs, a: tables.build(a.out, run_dirs=a.run, index=a.index,
+                                           paper_reference=getattr(a, "paper_reference", None)),
 }
 """Figure name -> builder(run folders, parsed options) -> written paths."""
 
@@ -75,6 +76,8 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--seed", type=non_negative_int("--seed"), default=0,
                         help="Fig. 2 bootstrap and layout seed (default 0)")
     parser.add_argument("--pdf", action="store_true", help="also write PDFs")
+    parser.add_argument("--paper-reference", metavar="MODEL", help="the paper's numbers of MODEL (Qwen3-1.7B, "
+                                                                   "Qwen3-4B or Qwen3-8B) beside ours (Table 1)")
     args = parser.parse_args(argv)
     runs = [check_run_dir(r) for r in args.run]
     if args.index:

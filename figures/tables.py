@@ -27,7 +27,7 @@ from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, ad
 from ocsd.cli import run_main
 from ocsd.environments import get_environment
 
-__all__ = ["read_index", "collect", "aggregate", "to_markdown", "to_latex", "build", "main"]
+__all__ = ["read_index", "collect", "aggregate", "paper_rows", "to_markdown", "to_latex", "build", "main"]
 
 NAME = "table_main"
 TASK_NAMES = {"pick": "Pick", "look": "Look", "clean": "Clean", "heat": "Heat", "cool": "Cool", "pick2": "Pick2"}
@@ -151,8 +151,44 @@ def _text(cell: SeedStats, pm: str) -> str:
     return f"{100 * cell.mean:.1f}" + (f"{pm}{100 * cell.std:.1f}" if cell.n > 1 else "")
 
 
-def to_markdown(labels, columns, cells) -> str:
-    """Markdown table (percent; best bold, second italic; ``n`` = seeds)."""
+PAPER_COLUMNS = {**{name: kind for kind, name in TASK_NAMES.items()}, OVERALL: "overall"}
+"""Column of this table -> column of the paper's ``tab:main_results`` (:data:`figures.paper.MAIN_COLUMNS`)."""
+
+
+def paper_rows(model: str, labels: Sequence[str], columns: Sequence[str]) -> list[tuple[str, dict]]:
+    """The paper's ``tab:main_results`` rows of ``model`` for the methods among ``labels`` (all methods when
+    none of them is one of the paper's), as ``(label, {column: PaperValue})`` in the paper's row order.
+
+    Raises
+    ------
+    FigureError
+        ``model`` is not one of the paper's (:data:`figures.paper.MODELS`).
+    """
+    from figures import paper
+
+    if model not in paper.MODELS:
+        raise FigureError(f"--paper-reference: {model!r} is not a model of the paper; use one of "
+                          f"{', '.join(paper.MODELS)}")
+    ours = {method_label(m) for m in paper.PAPER_METHODS.values() if m} & {lab.split(" (rho=")[0] for lab in labels}
+    rows = []
+    for name, method in paper.PAPER_METHODS.items():
+        if ours and (method is None or method_label(method) not in ours):
+            continue
+        values = paper.main_results(model, name)
+        rows.append((f"paper, {model}: {name}", {col: values[PAPER_COLUMNS[col]] for col in columns
+                                                 if col in PAPER_COLUMNS}))
+    return rows
+
+
+def _paper_text(value, pm: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value.mean:.1f}" + (f"{pm}{value.std:.1f}" if value.std is not None else "")
+
+
+def to_markdown(labels, columns, cells, *, paper: Sequence[tuple[str, dict]] = ()) -> str:
+    """Markdown table (percent; best bold, second italic; ``n`` = seeds); ``paper`` rows (:func:`paper_rows`)
+    follow ours, unranked, with ``n`` = "paper"."""
     rank = _ranks(labels, columns, cells)
     lines = ["| Method | n | " + " | ".join(columns) + " |", "|---|---:|" + "---:|" * len(columns)]
     for lab in labels:
@@ -161,7 +197,14 @@ def to_markdown(labels, columns, cells) -> str:
             t = _text(cells[lab][col], " ± ")
             out.append({1: f"**{t}**", 2: f"*{t}*"}.get(rank.get((lab, col)), t))
         lines.append(f"| {lab} | {cells[lab][OVERALL].n} | " + " | ".join(out) + " |")
+    for lab, values in paper:
+        lines.append(f"| {lab} | paper | " + " | ".join(_paper_text(values.get(col), " ± ") for col in columns) + " |")
     return "\n".join(lines)
+
+
+def _latex_number(mean: float, std: float | None) -> str:
+    """``mean`` with ``std`` as a subscript (percent, one decimal)."""
+    return f"{mean:.1f}" + (rf"$_{{\pm {std:.1f}}}$" if std is not None else "")
 
 
 def _latex_escape(text: str) -> str:
@@ -169,8 +212,8 @@ def _latex_escape(text: str) -> str:
 
 
 def to_latex(labels, columns, cells, *, caption: str = "Validation success (\\%) on ALFWorld, mean $\\pm$ std over "
-             "seeds.", label: str = "tab:main_results") -> str:
-    """LaTeX ``table`` with booktabs rules (best bold, second underlined)."""
+             "seeds.", label: str = "tab:main_results", paper: Sequence[tuple[str, dict]] = ()) -> str:
+    """LaTeX ``table`` with booktabs rules (best bold, second underlined); ``paper`` rows below a rule."""
     rank = _ranks(labels, columns, cells)
     lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\begin{tabular}{l" + "c" * len(columns) + "}",
              r"\toprule", "Method & " + " & ".join(rf"\textbf{{{_latex_escape(c)}}}" for c in columns) + r" \\",
@@ -179,16 +222,22 @@ def to_latex(labels, columns, cells, *, caption: str = "Validation success (\\%)
         out = []
         for col in columns:
             cell = cells[lab][col]
-            t = "-" if not cell.n else (f"{100 * cell.mean:.1f}" + (rf"$_{{\pm {100 * cell.std:.1f}}}$"
-                                                                    if cell.n > 1 else ""))
+            t = "-" if not cell.n else _latex_number(100 * cell.mean, 100 * cell.std if cell.n > 1 else None)
             out.append({1: rf"\textbf{{{t}}}", 2: rf"\underline{{{t}}}"}.get(rank.get((lab, col)), t))
         lines.append(_latex_escape(lab) + " & " + " & ".join(out) + r" \\")
+    if paper:
+        lines.append(r"\midrule")
+    for lab, values in paper:
+        texts = [_latex_number(values[col].mean, values[col].std) if col in values else "-" for col in columns]
+        lines.append(r"\textit{" + _latex_escape(lab) + "} & " + " & ".join(texts) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{caption}}}", rf"\label{{{label}}}", r"\end{table}"]
     return "\n".join(lines)
 
 
-def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", name: str = NAME) -> list[Path]:
-    """Collect the runs, print the Markdown table and write ``<name>.md`` / ``<name>.tex``.
+def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", name: str = NAME,
+          paper_reference: str | None = None) -> list[Path]:
+    """Collect the runs, print the Markdown table and write ``<name>.md`` / ``<name>.tex``; with
+    ``paper_reference`` (a model of the paper, e.g. ``Qwen3-4B``) the paper's rows of that model follow ours.
 
     Raises
     ------
@@ -217,7 +266,8 @@ def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", na
     if not groups:
         raise SkipFigure("no run has a validation row (val/success_rate) in metrics.jsonl")
     labels, columns, cells = aggregate(groups)
-    md = to_markdown(labels, columns, cells)
+    paper = paper_rows(paper_reference, labels, columns) if paper_reference else ()
+    md = to_markdown(labels, columns, cells, paper=paper)
     print(md)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -230,7 +280,9 @@ def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", na
         envs = sorted({str(r.info.get("env")) for r in runs if r.info.get("env")})
         env = _display_name(envs[0]) if len(envs) == 1 else "the benchmarks"
         caption = f"Validation success (\\%) on {env}, mean $\\pm$ std over seeds."
-        written[-1].write_text(to_latex(labels, columns, cells, caption=caption) + "\n")
+        if paper:
+            caption += f" Rows in italics: the paper's {paper_reference} (its Table 1)."
+        written[-1].write_text(to_latex(labels, columns, cells, caption=caption, paper=paper) + "\n")
     return written
 
 
@@ -242,8 +294,11 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--index", metavar="JSON", help="a training.sweep index.json (or the sweep's output folder)")
     add_output_options(parser, dpi=False)
     parser.add_argument("--format", default="both", choices=("md", "latex", "both"), help="files to write")
+    parser.add_argument("--paper-reference", metavar="MODEL", help="add the paper's rows of MODEL (Qwen3-1.7B, "
+                                                                   "Qwen3-4B or Qwen3-8B) below ours")
     args = parser.parse_args(argv)
-    paths = build(args.out, run_dirs=args.run, index=args.index, fmt=args.format)
+    paths = build(args.out, run_dirs=args.run, index=args.index, fmt=args.format,
+                  paper_reference=args.paper_reference)
     print("wrote " + ", ".join(map(str, paths)), file=sys.stderr)
     return 0
 

@@ -273,3 +273,28 @@ def test_figures_contain_no_statistics_code():
     assert proc.returncode == 0, proc.stderr
     # statistics of runs only, no estimators
     assert proc.stdout.strip() == "['diagnostics', 'diagnostics.runs']"
+
+
+def test_table_with_the_papers_rows(runs, tmp_path, capsys):
+    """--paper-reference adds the paper's rows of the methods in the table, with the paper's numbers, after
+    ours and outside the ranking; a model the paper has not is refused by name."""
+    from figures import paper
+
+    argv = ["--run", str(runs["ocsd0"]), "--run", str(runs["grpo0"]), "--out", str(tmp_path)]
+    assert tables.main([*argv, "--paper-reference", "Qwen3-4B"]) == 0
+    md = capsys.readouterr().out
+    lines = md.splitlines()
+    ours = [i for i, line in enumerate(lines) if line.startswith(("| OCSD |", "| GRPO |"))]
+    theirs = [i for i, line in enumerate(lines) if line.startswith("| paper, Qwen3-4B:")]
+    assert [lines[i].split("|")[1].strip() for i in theirs] == ["paper, Qwen3-4B: GRPO", "paper, Qwen3-4B: OCSD"]
+    assert max(ours) < min(theirs)
+    ocsd = paper.main_results("Qwen3-4B", "OCSD")
+    cells = [c.strip() for c in lines[theirs[1]].strip("|").split("|")]
+    assert cells[1] == "paper" and "*" not in lines[theirs[1]]
+    assert cells[2:] == [f"{ocsd[c].mean:.1f} ± {ocsd[c].std:.1f}"
+                         for c in ("pick", "look", "clean", "heat", "cool", "pick2", "overall")]
+    tex = (tmp_path / "table_main.tex").read_text()
+    overall = ocsd["overall"]
+    assert r"\textit{paper, Qwen3-4B: OCSD}" in tex and f"{overall.mean:.1f}$_{{\\pm {overall.std:.1f}}}$" in tex
+    assert tables.main([*argv, "--paper-reference", "Qwen3-0.6B"]) == 2
+    assert "--paper-reference: 'Qwen3-0.6B'" in capsys.readouterr().err
