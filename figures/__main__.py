@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from figures import fig2_diagnosis, fig4_dynamics, fig6_cost, tables
+from figures import fig2_diagnosis, fig4_dynamics, fig6_cost, fig7_sensitivity, tables
 from ocsd.cli import non_negative_int
 from figures._common import FigureError, SkipFigure, add_output_options, check_run_dir, load_runs
 from ocsd.cli import positive_int, run_main
@@ -47,6 +47,8 @@ FIGURES: dict[str, Callable[[list, argparse.Namespace], list[Path]]] = {
     "fig2_diagnosis": _fig2,
     "fig4_dynamics": lambda runs, a: fig4_dynamics.build(runs, a.out, pdf=a.pdf, dpi=a.dpi),
     "fig6_cost": lambda runs, a: fig6_cost.build(runs, a.out, pdf=a.pdf, dpi=a.dpi),
+    "fig7_sensitivity": lambda runs, a: fig7_sensitivity.build(a.index, a.out, pdf=a.pdf, dpi=a.dpi,
+                                                               paper_reference=getattr(a, "paper_reference", None)),
     "tables": lambda runs, a: tables.build(a.out, run_dirs=a.run, index=a.index,
                                            paper_reference=getattr(a, "paper_reference", None)),
 }
@@ -76,8 +78,9 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--seed", type=non_negative_int("--seed"), default=0,
                         help="Fig. 2 bootstrap and layout seed (default 0)")
     parser.add_argument("--pdf", action="store_true", help="also write PDFs")
-    parser.add_argument("--paper-reference", metavar="MODEL", help="the paper's numbers of MODEL (Qwen3-1.7B, "
-                                                                   "Qwen3-4B or Qwen3-8B) beside ours (Table 1)")
+    parser.add_argument("--paper-reference", metavar="MODEL",
+                        help="the paper's numbers of MODEL (Qwen3-1.7B, Qwen3-4B or Qwen3-8B) beside ours "
+                             "(Table 1, Fig. 7)")
     args = parser.parse_args(argv)
     runs = [check_run_dir(r) for r in args.run]
     if args.index:
