@@ -7,7 +7,9 @@ For each run, the time of every phase (``time/rollout``, ``time/old_logprob``, `
 run; a second panel shows the same stack as percent of the phase total. Phases shared with GRPO
 are blue, replay scoring (OCSD-specific) orange, the privileged teacher pass of the distillation
 baselines purple. The table (stdout, and ``fig6_cost.md``) gives seconds per phase and the
-replay-scoring share. ``--skip-steps K`` leaves out the first K steps (warm-up).
+replay-scoring share. ``fig6_cost_modules.png`` is the paper's layout: a bar per phase and run with its
+seconds printed, on a broken axis so that sub-second phases stay visible beside the rollout.
+``--skip-steps K`` leaves out the first K steps (warm-up).
 
 Command::
 
@@ -27,7 +29,7 @@ from figures._common import FigureError, SkipFigure, figure_parser, load_runs
 from figures.drawing import pyplot, save_figure
 from ocsd.cli import run_main
 
-__all__ = ["PHASES", "draw", "table", "build", "main"]
+__all__ = ["PHASES", "axis_break", "draw", "draw_modules", "table", "build", "main"]
 
 NAME = "fig6_cost"
 PHASES = {
@@ -88,6 +90,80 @@ def draw(times: dict[str, PhaseTimes]):
     return fig
 
 
+def axis_break(values) -> tuple[float, float] | None:
+    """Where to break a bar chart's y axis so that the smallest bars stay visible, as the paper's Fig. 6 does:
+    ``(low_top, high_bottom)`` around the widest gap (in log scale) between the sorted positive values, or None
+    when they span less than a factor 20 (one axis shows them all)."""
+    vals = np.sort(np.asarray([v for v in values if v > 0], dtype=float))
+    if len(vals) < 2 or vals[-1] / vals[0] < 20:
+        return None
+    gaps = np.diff(np.log(vals))
+    i = int(np.argmax(gaps))
+    return float(vals[i] * 1.4), float(vals[i + 1] * 0.8)
+
+
+def draw_modules(times: dict[str, PhaseTimes]):
+    """The paper's layout: one group of bars per phase (one bar per run), seconds printed on each bar, the
+    y axis broken (:func:`axis_break`) so that phases of a fraction of a second stay visible beside the
+    rollout. Shared phases blue, OCSD-specific orange, the teacher pass purple.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Axes ``gid`` ``"high"`` and ``"low"`` (the two sides of the break; only ``"low"`` without a break);
+        each bar patch has ``gid`` ``"<label>|<phase key>"`` in every axis that draws it.
+    """
+    plt = pyplot()
+    labels, keys = list(times), _used(times)
+    values = [times[lab].seconds[key] for key in keys for lab in labels]
+    cut = axis_break(values)
+    width = 0.8 / len(labels)
+    figsize = (max(6.0, 0.9 * len(keys) * max(1, len(labels)) + 2.5), 4.2)
+    if cut is None:
+        fig, ax_low = plt.subplots(figsize=figsize)
+        axes = [ax_low]
+    else:
+        fig, (ax_high, ax_low) = plt.subplots(2, 1, sharex=True, figsize=figsize,
+                                              gridspec_kw={"height_ratios": [1, 1], "hspace": 0.08})
+        axes = [ax_high, ax_low]
+        ax_high.set_gid("high")
+    ax_low.set_gid("low")
+    x = np.arange(len(keys))
+    shades = np.linspace(1.0, 0.55, len(labels))
+    for j, lab in enumerate(labels):
+        heights = [times[lab].seconds[key] for key in keys]
+        colors = [PHASES[key][1] if key in (REPLAY, "time/teacher_logprob") else "#2e75b6" for key in keys]
+        for ax in axes:
+            bars = ax.bar(x + (j - (len(labels) - 1) / 2) * width, heights, width=width * 0.95, color=colors,
+                          alpha=float(shades[j]), edgecolor="white", linewidth=0.5)
+            for bar, key in zip(bars, keys):
+                bar.set_gid(f"{lab}|{key}")
+        for xi, h in zip(x, heights):
+            if h <= 0:
+                continue
+            ax = axes[0] if cut is not None and h > cut[0] else ax_low
+            ax.text(xi + (j - (len(labels) - 1) / 2) * width, h, f"{h:.3g}", ha="center", va="bottom", fontsize=7)
+    top = max(values) * 1.15
+    if cut is None:
+        ax_low.set_ylim(0, top)
+    else:
+        ax_high.set_ylim(cut[1], top)
+        ax_low.set_ylim(0, cut[0])
+        ax_high.spines["bottom"].set_visible(False)
+        ax_low.spines["top"].set_visible(False)
+        ax_high.tick_params(axis="x", bottom=False)
+        mark = dict(marker=[(-1, -0.5), (1, 0.5)], markersize=10, linestyle="none", color="k", mec="k", mew=1,
+                    clip_on=False)
+        ax_high.plot([0, 1], [0, 0], transform=ax_high.transAxes, **mark)
+        ax_low.plot([0, 1], [1, 1], transform=ax_low.transAxes, **mark)
+    ax_low.set_xticks(x, [PHASES[k][0] for k in keys], rotation=20, fontsize=8)
+    fig.supylabel("seconds per iteration (broken axis)" if cut else "seconds per iteration", fontsize=9)
+    if len(labels) > 1:
+        axes[0].set_title("bars left to right: " + ", ".join(labels), fontsize=8)
+    fig.subplots_adjust(left=0.12, bottom=0.22)
+    return fig
+
+
 def _used(times: dict[str, PhaseTimes]) -> list[str]:
     """The phases some run spent time in, in stacking order."""
     return [k for k in PHASES if any(t.seconds[k] > 0 for t in times.values())]
@@ -127,6 +203,11 @@ def build(run_dirs: Sequence, out_dir, *, labels: Sequence[str] | None = None, s
     fig = draw(times)
     try:
         paths = save_figure(fig, out_dir, name, pdf=pdf, dpi=dpi)
+    finally:
+        pyplot().close(fig)
+    fig = draw_modules(times)
+    try:
+        paths += save_figure(fig, out_dir, f"{name}_modules", pdf=pdf, dpi=dpi)
     finally:
         pyplot().close(fig)
     md = Path(out_dir) / f"{name}.md"

@@ -298,3 +298,25 @@ def test_table_with_the_papers_rows(runs, tmp_path, capsys):
     assert r"\textit{paper, Qwen3-4B: OCSD}" in tex and f"{overall.mean:.1f}$_{{\\pm {overall.std:.1f}}}$" in tex
     assert tables.main([*argv, "--paper-reference", "Qwen3-0.6B"]) == 2
     assert "--paper-reference: 'Qwen3-0.6B'" in capsys.readouterr().err
+
+
+def test_fig6_modules_broken_axis_shows_every_phase(runs, tmp_path):
+    """The paper's layout: each phase's bar is its mean seconds on both sides of the break, the break falls
+    in the widest gap so the sub-second phase is inside the lower axis, and every bar's seconds are printed."""
+    times = {r.label: phase_times(r.metrics, list(fig6_cost.PHASES)) for r in load_runs([runs["ocsd0"]])}
+    times["OCSD"].seconds["time/advantage"] = 0.004  # a phase of milliseconds beside phases of seconds
+    fig = fig6_cost.draw_modules(times)
+    axes = {a.get_gid(): a for a in fig.axes if a.get_gid()}
+    assert set(axes) == {"high", "low"}
+    low_top, high_bottom = axes["low"].get_ylim()[1], axes["high"].get_ylim()[0]
+    assert 0.004 < low_top < high_bottom < min(v for k, v in times["OCSD"].seconds.items() if k != "time/advantage"
+                                                 and v > 0)
+    for ax in axes.values():
+        drawn = {p.get_gid(): p.get_height() for p in ax.patches}
+        for key, value in times["OCSD"].seconds.items():
+            if value > 0:
+                assert drawn[f"OCSD|{key}"] == pytest.approx(value)
+    texts = {t.get_text() for ax in axes.values() for t in ax.texts}
+    assert {f"{v:.3g}" for v in times["OCSD"].seconds.values() if v > 0} <= texts
+    assert fig6_cost.axis_break([1.0, 2.0, 5.0]) is None  # within a factor 20: one axis
+    assert fig6_cost.axis_break([0.01, 0.02, 5.0, 80.0]) == pytest.approx((0.02 * 1.4, 5.0 * 0.8))
