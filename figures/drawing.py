@@ -32,6 +32,23 @@ def pyplot():
     return plt
 
 
+def add_caption(fig, text: str) -> None:
+    """Write what a figure is drawn from as one small grey line below everything drawn so far (tick labels
+    included; the tight bounding box of :func:`save_figure` keeps it)."""
+    bottom = fig.get_tightbbox(fig.canvas.get_renderer()).y0 / fig.get_figheight()
+    fig.text(0.01, min(0.0, bottom) - 0.01, text, ha="left", va="top", fontsize=7, color="#555555", gid="caption")
+
+
+def runs_caption(runs, *, what: str = "steps") -> str:
+    """``label (folder, N steps)`` for each run (:class:`figures._common.RunInfo`), joined."""
+    parts = []
+    for r in runs:
+        steps = [row["step"] for row in r.metrics if "step" in row]
+        span = f"steps {min(steps)}-{max(steps)}" if steps else f"no {what}"
+        parts.append(f"{r.label} ({r.path.name}, {span})")
+    return "runs: " + "; ".join(parts)
+
+
 def save_figure(fig, out_dir, name: str, *, pdf: bool = False, dpi: int = 150) -> list[Path]:
     """Write ``<out_dir>/<name>.png`` (and ``.pdf``); closes nothing (the caller owns ``fig``)."""
     out_dir = Path(out_dir)

@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from figures._common import FigureError, SkipFigure, check_run_dir, figure_parser, read_json_file
-from figures.drawing import bar_chart, number, pyplot, save_figure, word_cloud
+from figures.drawing import add_caption, bar_chart, number, pyplot, save_figure, word_cloud
 from ocsd.cli import jsonable, run_main
 
 __all__ = ["diagnose_run", "read_report", "BarPanel", "bar_panels", "draw", "write_panels", "write_clouds", "build",
@@ -266,6 +266,12 @@ def build(run_dir, out_dir, *, report=None, n_boot: int = 1000, ci: float = 0.95
     result = read_report(report) if report else diagnose_run(run_dir, n_boot=n_boot, ci=ci, seed=seed, steps=steps,
                                                              total_steps=total_steps, progress=progress)
     fig = draw(result, seed=seed)
+    auroc, dratio = result.get("auroc", {}), result.get("dratio", {})
+    source = f"report {Path(report)}" if report else f"run {Path(run_dir).name}"
+    add_caption(fig, f"{source}: AUROC from {auroc.get('n_steps', '?')} labelled selected steps "
+                     f"({auroc.get('n_valid', '?')} valid, {auroc.get('n_invalid', '?')} invalid) in "
+                     f"{auroc.get('n_trajectories', '?')} trajectories, {auroc.get('n_boot', '?')} cluster resamples; "
+                     f"D ratios over {dratio.get('n_checkpoints', '?')} checkpoint(s)")
     try:
         paths = save_figure(fig, out_dir, name, pdf=pdf, dpi=dpi)
     finally:

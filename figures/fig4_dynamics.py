@@ -23,7 +23,7 @@ from matplotlib.ticker import MaxNLocator
 
 from diagnostics.runs import VAL_OVERALL, VAL_PREFIX
 from figures._common import RunInfo, SkipFigure, figure_parser, load_runs
-from figures.drawing import pyplot, save_figure
+from figures.drawing import add_caption, pyplot, runs_caption, save_figure
 from ocsd.cli import run_main
 
 __all__ = ["Curve", "curves", "draw", "build", "main"]
@@ -137,6 +137,7 @@ def build(run_dirs: Sequence, out_dir, *, labels: Sequence[str] | None = None, n
         if not any(VAL_OVERALL in row for row in r.metrics):
             print(f"{name}: {r.label} ({r.path}) has no validation rows; training panels only", file=sys.stderr)
     fig = draw(panels)
+    add_caption(fig, runs_caption(runs))
     try:
         return save_figure(fig, out_dir, name, pdf=pdf, dpi=dpi)
     finally:

@@ -26,7 +26,7 @@ import numpy as np
 
 from diagnostics.runs import PhaseTimes, phase_times
 from figures._common import FigureError, SkipFigure, figure_parser, load_runs
-from figures.drawing import pyplot, save_figure
+from figures.drawing import add_caption, pyplot, runs_caption, save_figure
 from ocsd.cli import run_main
 
 __all__ = ["PHASES", "axis_break", "draw", "draw_modules", "table", "build", "main"]
@@ -200,12 +200,16 @@ def build(run_dirs: Sequence, out_dir, *, labels: Sequence[str] | None = None, s
         raise SkipFigure("no run has metrics rows with time/<phase> keys (" + ", ".join(PHASES) + ")")
     text = table(times)
     print(f"Seconds per iteration, mean over training steps (first {skip_steps} skipped):\n{text}")
+    caption = (runs_caption([r for r in runs if r.label in times])
+               + "; means over the timed steps" + (f" after the first {skip_steps}" if skip_steps else ""))
     fig = draw(times)
+    add_caption(fig, caption)
     try:
         paths = save_figure(fig, out_dir, name, pdf=pdf, dpi=dpi)
     finally:
         pyplot().close(fig)
     fig = draw_modules(times)
+    add_caption(fig, caption)
     try:
         paths += save_figure(fig, out_dir, f"{name}_modules", pdf=pdf, dpi=dpi)
     finally:

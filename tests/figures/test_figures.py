@@ -320,3 +320,24 @@ def test_fig6_modules_broken_axis_shows_every_phase(runs, tmp_path):
     assert {f"{v:.3g}" for v in times["OCSD"].seconds.values() if v > 0} <= texts
     assert fig6_cost.axis_break([1.0, 2.0, 5.0]) is None  # within a factor 20: one axis
     assert fig6_cost.axis_break([0.01, 0.02, 5.0, 80.0]) == pytest.approx((0.02 * 1.4, 5.0 * 0.8))
+
+
+def test_every_figure_says_what_it_is_drawn_from(runs, tmp_path, monkeypatch):
+    """Each figure carries one caption line naming its runs (and their steps) or its report's counts."""
+    import matplotlib.figure
+
+    captions = {}
+    real = matplotlib.figure.Figure.savefig
+
+    def spy(self, fname, *args, **kwargs):
+        captions[Path(fname).stem] = [t.get_text() for t in self.texts if t.get_gid() == "caption"]
+        return real(self, fname, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
+    fig4_dynamics.main(["--run", str(runs["ocsd0"]), "--run", str(runs["grpo0"]), "--out", str(tmp_path)])
+    fig6_cost.main(["--run", str(runs["ocsd0"]), "--out", str(tmp_path)])
+    steps = metrics_frame(runs["ocsd0"])["step"].tolist()
+    for name in ("fig4_dynamics", "fig6_cost", "fig6_cost_modules"):
+        assert len(captions[name]) == 1, name
+        assert f"({runs['ocsd0'].name}, steps {min(steps)}-{max(steps)})" in captions[name][0]
+    assert runs["grpo0"].name in captions["fig4_dynamics"][0]
