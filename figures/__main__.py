@@ -18,10 +18,11 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from figures import fig2_diagnosis, fig4_dynamics, fig6_cost, fig7_sensitivity, tables
+from figures import fig1_example, fig2_diagnosis, fig4_dynamics, fig6_cost, fig7_sensitivity, tables
 from ocsd.cli import non_negative_int
 from figures._common import FigureError, SkipFigure, add_output_options, check_run_dir, load_runs
 from ocsd.cli import positive_int, run_main
+from ocsd.records import RecordError
 
 __all__ = ["FIGURES", "build_all", "main"]
 
@@ -43,7 +44,21 @@ def _fig2(runs, args) -> list[Path]:
     return paths
 
 
+def _fig1(runs: list, args: argparse.Namespace) -> list[Path]:
+    """Fig. 1 of the first run with scored steps (the others are named in the skip reasons)."""
+    from diagnostics.load import DiagnosticsError
+
+    reasons = []
+    for run in runs:
+        try:
+            return fig1_example.build(run, args.out, pdf=args.pdf, dpi=args.dpi)
+        except (DiagnosticsError, RecordError) as exc:
+            reasons.append(f"{run}: {exc}")
+    raise SkipFigure("; ".join(reasons) or "no run")
+
+
 FIGURES: dict[str, Callable[[list, argparse.Namespace], list[Path]]] = {
+    "fig1_example": _fig1,
     "fig2_diagnosis": _fig2,
     "fig4_dynamics": lambda runs, a: fig4_dynamics.build(runs, a.out, pdf=a.pdf, dpi=a.dpi),
     "fig6_cost": lambda runs, a: fig6_cost.build(runs, a.out, pdf=a.pdf, dpi=a.dpi),

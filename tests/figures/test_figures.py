@@ -238,8 +238,8 @@ def test_all_figures_command(runs, no_val_run, tmp_path):
     assert_png(results["fig4_dynamics"][0])
 
 
-@pytest.mark.parametrize("module", ["figures", "figures.fig2_diagnosis", "figures.fig4_dynamics", "figures.fig6_cost",
-                                    "figures.tables"])
+@pytest.mark.parametrize("module", ["figures", "figures.fig1_example", "figures.fig2_diagnosis",
+                                    "figures.fig4_dynamics", "figures.fig6_cost", "figures.tables"])
 def test_missing_run_folder_exits_2(module, tmp_path, capsys):
     import importlib
 
