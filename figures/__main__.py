@@ -34,7 +34,8 @@ def _fig2(runs, args) -> list[Path]:
         name = fig2_diagnosis.NAME if len(labelled) == 1 else f"{fig2_diagnosis.NAME}_{run.path.name}"
         try:
             paths += fig2_diagnosis.build(run.path, args.out, n_boot=args.n_boot, seed=args.seed, name=name,
-                                          pdf=args.pdf, dpi=args.dpi, progress=False)
+                                          pdf=args.pdf, dpi=args.dpi, progress=False,
+                                          paper_reference=bool(getattr(args, "paper_reference", None)))
         except SkipFigure as exc:
             reasons.append(str(exc))
     if not paths:
@@ -95,7 +96,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--pdf", action="store_true", help="also write PDFs")
     parser.add_argument("--paper-reference", metavar="MODEL",
                         help="the paper's numbers of MODEL (Qwen3-1.7B, Qwen3-4B or Qwen3-8B) beside ours "
-                             "(Table 1, Fig. 7)")
+                             "(Table 1, Fig. 7; Fig. 2 marks the paper's AUROCs)")
     args = parser.parse_args(argv)
     runs = [check_run_dir(r) for r in args.run]
     if args.index:

@@ -161,7 +161,7 @@ def _cloud(ax, words: list[dict], *, seed: int) -> None:
     ax.set_yticks([])
 
 
-def draw(result: dict, *, seed: int = 0, title: str | None = None):
+def draw(result: dict, *, seed: int = 0, title: str | None = None, paper: bool = False):
     """Draw the four panels from a diagnosis report.
 
     Parameters
@@ -171,6 +171,8 @@ def draw(result: dict, *, seed: int = 0, title: str | None = None):
     seed : int
         Word-cloud layout seed.
     title : str, optional
+    paper : bool
+        Mark the paper's feedback AUROCs (:data:`figures.paper.FEEDBACK_AUROC`) beside ours in panel (c).
 
     Returns
     -------
@@ -190,12 +192,24 @@ def draw(result: dict, *, seed: int = 0, title: str | None = None):
     pct = f"{number(result.get('ci', 0.95)):.0%}"
     for i, (gid, panel) in enumerate(bar_panels(result).items()):
         _draw_panel(fig.add_subplot(outer[1 + i]), gid, panel)
+    if paper:
+        _paper_auroc(next(a for a in fig.axes if a.get_gid() == "auroc"), list(result["auroc"]["signals"]))
     firsts = [a for a in fig.axes if a.get_gid() in ("clouds:full+", "dratio", "auroc", "delta")]
     for letter, a in zip("abcd", firsts):
         fig.text(a.get_position().x0 - 0.02, 0.97, f"({letter})", fontsize=11, fontweight="bold", va="top")
     fig.suptitle(title or f"Replay-signal diagnosis (error bars: {pct} trajectory-cluster bootstrap)",
                  fontsize=10, y=1.05)
     return fig
+
+
+def _paper_auroc(ax, signals: list[str]) -> None:
+    """The paper's AUROC of each signal drawn in (black diamonds, ``gid`` ``"paper"``) at its bar."""
+    from figures.paper import FEEDBACK_AUROC
+
+    xs = [i for i, s in enumerate(signals) if s in FEEDBACK_AUROC]
+    ax.plot(xs, [FEEDBACK_AUROC[signals[i]].mean for i in xs], linestyle="none", marker="D", color="black",
+            markersize=6, label="paper", gid="paper", zorder=5)
+    ax.legend(fontsize=7, loc="lower right", frameon=False)
 
 
 def write_panels(report: dict, out_dir, *, dpi: int = 120) -> dict[str, str]:
@@ -255,7 +269,7 @@ def write_clouds(frequencies: Mapping[str, Mapping[str, float]], out_dir, *, see
 
 def build(run_dir, out_dir, *, report=None, n_boot: int = 1000, ci: float = 0.95, seed: int = 0,
           steps: str = "selected", total_steps: int | None = None, name: str = NAME, pdf: bool = False,
-          dpi: int = 150, progress: bool = True) -> list[Path]:
+          dpi: int = 150, progress: bool = True, paper_reference: bool = False) -> list[Path]:
     """Read (or build) the diagnosis report of a run, draw Fig. 2 and write it with its values.
 
     Returns
@@ -265,7 +279,7 @@ def build(run_dir, out_dir, *, report=None, n_boot: int = 1000, ci: float = 0.95
     """
     result = read_report(report) if report else diagnose_run(run_dir, n_boot=n_boot, ci=ci, seed=seed, steps=steps,
                                                              total_steps=total_steps, progress=progress)
-    fig = draw(result, seed=seed)
+    fig = draw(result, seed=seed, paper=paper_reference)
     auroc, dratio = result.get("auroc", {}), result.get("dratio", {})
     source = f"report {Path(report)}" if report else f"run {Path(run_dir).name}"
     add_caption(fig, f"{source}: AUROC from {auroc.get('n_steps', '?')} labelled selected steps "
@@ -289,13 +303,16 @@ def _main(argv: Sequence[str] | None) -> int:
                         "building the report from the run's checkpoints")
     add_selection_options(parser)
     add_bootstrap_options(parser, seed_help="bootstrap and cloud-layout seed (default 0)")
+    parser.add_argument("--paper-reference", action="store_true",
+                        help="mark the paper's feedback AUROCs (0.464 / 0.654 / 0.707) in panel (c)")
     args = parser.parse_args(argv)
     if not args.report and len(args.run) != 1:
         raise FigureError(f"give exactly one --run DIR (or --report JSON), got {len(args.run)} --run")
     if args.n_boot < 1 or not 0 < args.ci < 1:
         raise FigureError(f"--n-boot must be >= 1 and --ci in (0, 1); got {args.n_boot}, {args.ci}")
     paths = build(args.run[0] if args.run else None, args.out, report=args.report, n_boot=args.n_boot, ci=args.ci,
-                  seed=args.seed, steps=args.steps, total_steps=args.total_steps, pdf=args.pdf, dpi=args.dpi)
+                  seed=args.seed, steps=args.steps, total_steps=args.total_steps, pdf=args.pdf, dpi=args.dpi,
+                  paper_reference=args.paper_reference)
     print("wrote " + ", ".join(map(str, paths)))
     return 0
 

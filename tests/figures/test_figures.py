@@ -341,3 +341,16 @@ def test_every_figure_says_what_it_is_drawn_from(runs, tmp_path, monkeypatch):
         assert len(captions[name]) == 1, name
         assert f"({runs['ocsd0'].name}, steps {min(steps)}-{max(steps)})" in captions[name][0]
     assert runs["grpo0"].name in captions["fig4_dynamics"][0]
+
+
+def test_fig2_marks_the_papers_aurocs(fig2_result):
+    """With the paper reference, panel (c) carries the paper's AUROC of each signal at that signal's bar."""
+    from figures.paper import FEEDBACK_AUROC
+
+    ax = next(a for a in fig2_diagnosis.draw(fig2_result, paper=True).axes if a.get_gid() == "auroc")
+    line = next(artist for artist in ax.lines if artist.get_gid() == "paper")
+    signals = list(fig2_result["auroc"]["signals"])
+    assert list(line.get_ydata()) == [FEEDBACK_AUROC[s].mean for s in signals if s in FEEDBACK_AUROC]
+    assert list(line.get_xdata()) == [i for i, s in enumerate(signals) if s in FEEDBACK_AUROC]
+    plain = next(a for a in fig2_diagnosis.draw(fig2_result).axes if a.get_gid() == "auroc")
+    assert not any(artist.get_gid() == "paper" for artist in plain.lines)
