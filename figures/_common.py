@@ -64,6 +64,21 @@ class RunInfo:
         return self.info.get("seed")
 
 
+def check_paper_model(model: str) -> None:
+    """Refuse a ``--paper-reference`` that is not one of the paper's models (:data:`figures.paper.MODELS`).
+
+    Raises
+    ------
+    FigureError
+        Naming the flag, the value and the paper's models.
+    """
+    from figures import paper
+
+    if model not in paper.MODELS:
+        raise FigureError(f"--paper-reference: {model!r} is not a model of the paper; use one of "
+                          f"{', '.join(paper.MODELS)}")
+
+
 def method_label(method: str) -> str:
     """Display label of a method name (unknown names are shown as given)."""
     return METHOD_LABELS.get(method, method)

@@ -39,12 +39,12 @@ def add_caption(fig, text: str) -> None:
     fig.text(0.01, min(0.0, bottom) - 0.01, text, ha="left", va="top", fontsize=7, color="#555555", gid="caption")
 
 
-def runs_caption(runs, *, what: str = "steps") -> str:
-    """``label (folder, N steps)`` for each run (:class:`figures._common.RunInfo`), joined."""
+def runs_caption(runs) -> str:
+    """``label (folder, steps A-B)`` for each run (:class:`figures._common.RunInfo`), joined."""
     parts = []
     for r in runs:
         steps = [row["step"] for row in r.metrics if "step" in row]
-        span = f"steps {min(steps)}-{max(steps)}" if steps else f"no {what}"
+        span = f"steps {min(steps)}-{max(steps)}" if steps else "no steps"
         parts.append(f"{r.label} ({r.path.name}, {span})")
     return "runs: " + "; ".join(parts)
 

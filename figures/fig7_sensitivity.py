@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from diagnostics.runs import VAL_OVERALL, SeedStats, validation_stats
-from figures._common import FigureError, SkipFigure, add_output_options, check_run_dir, load_runs
+from figures._common import SkipFigure, add_output_options, check_paper_model, check_run_dir, load_runs
 from figures.drawing import pyplot, save_figure
 from ocsd.cli import run_main
 
@@ -117,9 +117,8 @@ def build(index, out_dir, *, rho_default: float = 0.2, beta_default: float = 0.5
     if index is None:
         raise SkipFigure("needs a sweep: python -m training.sweep --methods grpo,ocsd --rho ... --beta ... "
                          "then --index OUT/index.json")
-    if paper_reference is not None and paper_reference not in paper.MODELS:
-        raise FigureError(f"--paper-reference: {paper_reference!r} is not a model of the paper; use one of "
-                          f"{', '.join(paper.MODELS)}")
+    if paper_reference is not None:
+        check_paper_model(paper_reference)
     entries, skipped = read_index(index)
     for reason in skipped:
         print(f"{NAME}: left out {reason}", file=sys.stderr)

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Sequence
 
 from diagnostics.runs import VAL_OVERALL, VAL_PREFIX, SeedStats, last_validation, validation_stats
-from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, add_output_options, check_run_dir,
-                             load_runs, method_label, read_json_file)
+from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, add_output_options, check_paper_model,
+                             check_run_dir, load_runs, method_label, read_json_file)
 from ocsd.cli import run_main
 from ocsd.environments import get_environment
 
@@ -145,10 +145,13 @@ def _ranks(labels, columns, cells) -> dict[tuple[str, str], int]:
     return out
 
 
+def _number(mean: float, std: float | None, pm: str) -> str:
+    """``mean`` and, when given, ``pm`` and ``std`` (percent, one decimal)."""
+    return f"{mean:.1f}" + (f"{pm}{std:.1f}" if std is not None else "")
+
+
 def _text(cell: SeedStats, pm: str) -> str:
-    if not cell.n:
-        return "-"
-    return f"{100 * cell.mean:.1f}" + (f"{pm}{100 * cell.std:.1f}" if cell.n > 1 else "")
+    return _number(100 * cell.mean, 100 * cell.std if cell.n > 1 else None, pm) if cell.n else "-"
 
 
 PAPER_COLUMNS = {**{name: kind for kind, name in TASK_NAMES.items()}, OVERALL: "overall"}
@@ -166,9 +169,7 @@ def paper_rows(model: str, labels: Sequence[str], columns: Sequence[str]) -> lis
     """
     from figures import paper
 
-    if model not in paper.MODELS:
-        raise FigureError(f"--paper-reference: {model!r} is not a model of the paper; use one of "
-                          f"{', '.join(paper.MODELS)}")
+    check_paper_model(model)
     ours = {method_label(m) for m in paper.PAPER_METHODS.values() if m} & {lab.split(" (rho=")[0] for lab in labels}
     rows = []
     for name, method in paper.PAPER_METHODS.items():
@@ -181,9 +182,7 @@ def paper_rows(model: str, labels: Sequence[str], columns: Sequence[str]) -> lis
 
 
 def _paper_text(value, pm: str) -> str:
-    if value is None:
-        return "-"
-    return f"{value.mean:.1f}" + (f"{pm}{value.std:.1f}" if value.std is not None else "")
+    return "-" if value is None else _number(value.mean, value.std, pm)
 
 
 def to_markdown(labels, columns, cells, *, paper: Sequence[tuple[str, dict]] = ()) -> str:
@@ -204,7 +203,7 @@ def to_markdown(labels, columns, cells, *, paper: Sequence[tuple[str, dict]] = (
 
 def _latex_number(mean: float, std: float | None) -> str:
     """``mean`` with ``std`` as a subscript (percent, one decimal)."""
-    return f"{mean:.1f}" + (rf"$_{{\pm {std:.1f}}}$" if std is not None else "")
+    return _number(mean, std, r"$_{\pm ") + ("}$" if std is not None else "")
 
 
 def _latex_escape(text: str) -> str:

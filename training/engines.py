@@ -26,7 +26,7 @@ from typing import Protocol, Sequence
 import numpy as np
 import torch
 
-from training.config import ENGINES
+from training.config import ENGINES, engine_problem
 from training.rollout import GenerationSettings, Responder, _trim, generate, stop_ids
 
 INSTALL_HINT = ("vLLM is not installed here; on a GPU machine without network install it with "
@@ -165,11 +165,9 @@ class VLLMEngine:
 
     def __init__(self, model, *, max_model_len: int, gpu_memory_utilization: float = 0.3,
                  enforce_eager: bool = False, seed: int = 0) -> None:
-        device = next(model.parameters()).device
-        if device.type != "cuda":
-            raise EngineError(f"rollout_engine=vllm needs device=cuda (the model is on {device})")
-        if importlib.util.find_spec("vllm") is None:
-            raise EngineError(INSTALL_HINT)
+        why = engine_problem("vllm", next(model.parameters()).device.type)
+        if why is not None:
+            raise EngineError(f"rollout_engine=vllm: {why}")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if importlib.util.find_spec("flashinfer") is None:
             os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")

@@ -10,8 +10,6 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -20,17 +18,7 @@ import torch
 from ocsd.replay.prompts import PromptRenderer
 from ocsd.replay.scoring import ReplayScorer, response_logprobs
 from training.config import TrainConfig
-from training.rollout import GenerationSettings, Trajectory, rollout
-
-
-@contextmanager
-def timed(timings: dict[str, float], name: str):
-    """Add the wall time of the block to ``timings[name]``."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+from training.rollout import GenerationSettings, Trajectory, rollout, timed
 
 
 def policy_tokenizer(model: str):

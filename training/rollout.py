@@ -138,6 +138,13 @@ def fit_history(render: Callable[[int], list[int]], n_history: int, max_len: int
     return ids, 0
 
 
+def _step_text(env_name: str, task: str, history: list[tuple[str, str]], obs: str, admissible: Sequence[str],
+               shown: int) -> str:
+    """The interaction text of a step showing the last ``shown`` history pairs."""
+    return interaction_text(env_name, task=task, step_idx=len(history), history=history, current_obs=obs,
+                            admissible_actions=list(admissible), history_length=shown)
+
+
 def step_prompt(renderer: PromptRenderer, env_name: str, *, task: str, history: list[tuple[str, str]], obs: str,
                 admissible: Sequence[str], history_length: int, max_prompt_length: int) -> tuple[list[int], int]:
     """The interaction prompt of one step, as token ids, and the history pairs it shows.
@@ -148,9 +155,7 @@ def step_prompt(renderer: PromptRenderer, env_name: str, *, task: str, history: 
     it acts on.
     """
     def render(h: int) -> list[int]:
-        text = interaction_text(env_name, task=task, step_idx=len(history), history=history, current_obs=obs,
-                                admissible_actions=list(admissible), history_length=h)
-        return renderer.render_ids(text)
+        return renderer.render_ids(_step_text(env_name, task, history, obs, admissible, h))
 
     return fit_history(render, min(history_length, len(history)), max_prompt_length)
 
@@ -161,9 +166,7 @@ def step_prompts(renderer: PromptRenderer, env_name: str, steps: Sequence[tuple[
     tokenizer call for the prompts that fit with their whole history window (the others are fitted one by
     one as :func:`step_prompt` fits them). Same ids and history counts as :func:`step_prompt`."""
     shown = [min(history_length, len(history)) for _, history, _, _ in steps]
-    texts = [interaction_text(env_name, task=task, step_idx=len(history), history=history, current_obs=obs,
-                              admissible_actions=list(admissible), history_length=h)
-             for (task, history, obs, admissible), h in zip(steps, shown)]
+    texts = [_step_text(env_name, *step, h) for step, h in zip(steps, shown)]
     out = []
     for (task, history, obs, admissible), ids, h in zip(steps, renderer.render_ids_many(texts), shown):
         if len(ids) > max_prompt_length:
@@ -182,7 +185,8 @@ rendering prompts and parsing responses."""
 
 
 @contextmanager
-def _timed(timings: dict[str, float] | None, name: str):
+def timed(timings: dict[str, float] | None, name: str):
+    """Add the wall time of the block to ``timings[name]`` (nothing when ``timings`` is None)."""
     start = time.perf_counter()
     try:
         yield
@@ -233,7 +237,7 @@ def rollout(
     timings : dict, optional
         Seconds added to each key of :data:`ROLLOUT_TIMINGS`.
     """
-    with _timed(timings, "time/rollout_env"):
+    with timed(timings, "time/rollout_env"):
         observations = env.reset()
     trajs = [Trajectory(uid=t["uid"], group_uid=t["group_uid"], task=o.task, task_type=o.task_type, game=o.game)
              for t, o in zip(tasks, observations)]
@@ -243,20 +247,20 @@ def rollout(
         active = [i for i, t in enumerate(trajs) if not t.done]
         if not active:
             break
-        with _timed(timings, "time/rollout_render"):
+        with timed(timings, "time/rollout_render"):
             histories = [[(s.obs, s.action) for s in trajs[i].steps] for i in active]
             fitted = step_prompts(renderer, env_name, [(trajs[i].task, history, *current[i])
                                                        for i, history in zip(active, histories)],
                                   history_length=history_length, max_prompt_length=max_prompt_length)
             prompts, shown = [ids for ids, _ in fitted], [h for _, h in fitted]
-        with _timed(timings, "time/rollout_generate"):
+        with timed(timings, "time/rollout_generate"):
             if respond is None:
                 responses = generate(model, tokenizer, prompts, settings)
             else:
                 responses = respond(active, prompts)
         actions, samples = [], {}
-        with _timed(timings, "time/rollout_render"):
-            texts = tokenizer.batch_decode([responses[j] for j in range(len(active))], skip_special_tokens=True)
+        with timed(timings, "time/rollout_render"):
+            texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
             for j, i in enumerate(active):
                 text = texts[j]
                 parsed = parse_output(env_name, text)
@@ -270,7 +274,7 @@ def rollout(
         full_actions = [""] * len(trajs)
         for j, i in enumerate(active):
             full_actions[i] = actions[j]
-        with _timed(timings, "time/rollout_env"):
+        with timed(timings, "time/rollout_env"):
             results = env.step(full_actions)
         for i in active:
             res, sample, traj = results[i], samples[i], trajs[i]

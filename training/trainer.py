@@ -302,7 +302,7 @@ class Trainer:
         is_ckpt = step % cfg.save_freq == 0 or step == cfg.total_steps
         with timed(timings, "time/step"):
             trajs, stats = collect_batch(self.policy, step, selection=spec.selection, rho=cfg.rho, timings=timings)
-            if step < cfg.total_steps and not (cfg.test_freq and step % cfg.test_freq == 0):
+            if step < cfg.total_steps and not self._validates(step):
                 # the next step's games load in the environment workers during this step's GPU phases
                 self.policy.prefetch(step_tasks(self.policy, step + 1), env_seed=step + 1)
             keys, pairs, old_logp, mask = stats.keys, stats.pairs, stats.old_logp, stats.mask
@@ -399,6 +399,11 @@ class Trainer:
         row.update(update_metrics)
         return row
 
+    def _validates(self, step: int) -> bool:
+        """Whether validation follows training step ``step`` (every ``test_freq`` steps and the last)."""
+        cfg = self.cfg
+        return bool(cfg.test_freq) and (step % cfg.test_freq == 0 or step == cfg.total_steps)
+
     def validate(self, step: int) -> dict:
         """Validation episodes, decoded as the config's ``val_*`` keys say (SDAR: sampled at temperature 0.4):
         success rate overall and per task type (``val/...``)."""
@@ -430,7 +435,7 @@ class Trainer:
                    initial=self.start_step - 1, total=cfg.total_steps, disable=not cfg.progress)
         for step in bar:
             row = self.train_step(step)
-            if cfg.test_freq and (step % cfg.test_freq == 0 or step == cfg.total_steps):
+            if self._validates(step):
                 t0 = time.perf_counter()
                 row.update(self.validate(step))
                 row["time/validation"] = time.perf_counter() - t0

@@ -10,17 +10,15 @@ from ocsd.environments.alfworld import ALFWORLD
 from training.envs.alfworld_game import AlfworldGame, GameSpec, Observation, StepResult
 
 
-def _chunks(n: int, parts: int) -> list[range]:
-    """Split ``range(n)`` into ``parts`` contiguous, nearly equal ranges (empty ones dropped)."""
-    parts = max(1, min(parts, n))
-    bounds = [round(i * n / parts) for i in range(parts + 1)]
-    return [range(bounds[i], bounds[i + 1]) for i in range(parts) if bounds[i + 1] > bounds[i]]
-
-
 def _spread(n: int, parts: int) -> list[range]:
     """Exactly ``parts`` contiguous ranges covering ``range(n)``, nearly equal (some empty when n < parts)."""
     bounds = [round(i * n / parts) for i in range(parts + 1)]
     return [range(bounds[i], bounds[i + 1]) for i in range(parts)]
+
+
+def _chunks(n: int, parts: int) -> list[range]:
+    """Split ``range(n)`` into ``parts`` contiguous, nearly equal ranges (empty ones dropped)."""
+    return [r for r in _spread(n, max(1, min(parts, n))) if len(r)]
 
 
 def _check_specs(specs: list) -> None:
@@ -237,13 +235,18 @@ class AlfworldBatchEnv:
     def _finish_load(self) -> None:
         """Wait for the workers' answers to a :meth:`reload` (their games' first observations)."""
         try:
-            fresh: list = []
-            for g in self._groups:
-                fresh.extend(g.recv())
+            fresh = self._gather()
         except BaseException:
             self.close()
             raise
         self._pending, self._fresh = None, fresh
+
+    def _gather(self) -> list:
+        """Every worker's answer, concatenated in environment order."""
+        out: list = []
+        for g in self._groups:
+            out.extend(g.recv())
+        return out
 
     def _call(self, cmd: str, per_env: list | None = None) -> list:
         if self._closed:
@@ -255,10 +258,7 @@ class AlfworldBatchEnv:
             return group.reset() if cmd == "reset" else group.step(per_env)
         for g, r in zip(self._groups, self._ranges):
             g.send(cmd, None if per_env is None else [per_env[i] for i in r])
-        out: list = []
-        for g in self._groups:
-            out.extend(g.recv())
-        return out
+        return self._gather()
 
     def reset(self, seed: int | None = None) -> list[Observation]:
         """Start new episodes in every environment.

@@ -24,8 +24,9 @@ class EnvironmentRuntime:
         ``task_source(cfg, *, train=True, valid=True, val_split=None, n_valid=None)``: the run's
         training and validation tasks, an object with ``train`` and ``valid`` lists, ``sample_train``,
         ``validation``, ``describe`` and ``make_env(tasks, *, max_steps, workers, seed, reuse=None)`` (the
-        batched environments; ``reuse``, an earlier one, may be reloaded instead of built anew), as :class:`training.envs.games.GameSource`. It prints where the tasks come from
-        and raises ``data_error`` when the config names no task data.
+        batched environments; ``reuse``, an earlier one, may be reloaded instead of built anew), as
+        :class:`training.envs.games.GameSource`. It prints where the tasks come from and raises
+        ``data_error`` when the config names no task data.
     evaluation_tasks : callable
         ``evaluation_tasks(cfg, split, n) -> (source, origin)``: a task source whose ``valid`` list holds
         the first ``n`` evaluation tasks of ``split`` (None: the config's; ``n=None``: all of them), and
