@@ -1,10 +1,11 @@
 """Rebuild every figure and table the given runs support.
 
 Builds, into ``--out``: Fig. 2 (``fig2_diagnosis``, one per run with replay checkpoints), Fig. 4
-(``fig4_dynamics``, runs overlaid), Fig. 6 (``fig6_cost``) and Table 1 (``table_main``). A figure
-whose inputs are missing (no checkpoints, no validation rows, no timings) is skipped with the
-reason printed; the command still succeeds when at least one figure is built, and exits 1 when every
-figure is skipped. Bad input (a missing folder, a malformed file, a bad flag) exits 2.
+(``fig4_dynamics``, runs overlaid), Fig. 5 (``fig5_swap``, from the runs' ``swap/swap.json`` of
+``python -m diagnostics.swap``), Fig. 6 (``fig6_cost``) and Table 1 (``table_main``). A figure
+whose inputs are missing (no checkpoints, no swap file, no validation rows, no timings) is skipped
+with the reason printed; the command still succeeds when at least one figure is built, and exits 1
+when every figure is skipped. Bad input (a missing folder, a malformed file, a bad flag) exits 2.
 
 Command::
 
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from figures import fig1_example, fig2_diagnosis, fig4_dynamics, fig6_cost, fig7_sensitivity, tables
+from figures import fig1_example, fig2_diagnosis, fig4_dynamics, fig5_swap, fig6_cost, fig7_sensitivity, tables
 from ocsd.cli import non_negative_int
 from figures._common import FigureError, SkipFigure, add_output_options, check_run_dir, load_runs
 from ocsd.cli import positive_int, run_main
@@ -62,6 +63,8 @@ FIGURES: dict[str, Callable[[list, argparse.Namespace], list[Path]]] = {
     "fig1_example": _fig1,
     "fig2_diagnosis": _fig2,
     "fig4_dynamics": lambda runs, a: fig4_dynamics.build(runs, a.out, pdf=a.pdf, dpi=a.dpi),
+    "fig5_swap": lambda runs, a: fig5_swap.build(runs, a.out, pdf=a.pdf, dpi=a.dpi,
+                                                 paper_reference=bool(getattr(a, "paper_reference", None))),
     "fig6_cost": lambda runs, a: fig6_cost.build(runs, a.out, pdf=a.pdf, dpi=a.dpi),
     "fig7_sensitivity": lambda runs, a: fig7_sensitivity.build(a.index, a.out, pdf=a.pdf, dpi=a.dpi,
                                                                paper_reference=getattr(a, "paper_reference", None)),
@@ -96,7 +99,8 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--pdf", action="store_true", help="also write PDFs")
     parser.add_argument("--paper-reference", metavar="MODEL",
                         help="the paper's numbers of MODEL (Qwen3-1.7B, Qwen3-4B or Qwen3-8B) beside ours "
-                             "(Table 1, Fig. 7; Fig. 2 marks the paper's AUROCs)")
+                             "(Table 1, Fig. 7; Fig. 2 marks the paper's AUROCs; Fig. 5 adds the paper's three "
+                             "swap settings)")
     args = parser.parse_args(argv)
     runs = [check_run_dir(r) for r in args.run]
     if args.index:

@@ -126,7 +126,8 @@ def replay_tables(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The ``steps`` and ``tokens`` tables of shared/CONTRACT.md for one checkpoint.
 
-    Every step of every trajectory gets a step row; token rows exist for scored steps only. ``rewards``
+    Step rows carry the optional context columns (:data:`ocsd.records.CONTEXT_COLUMNS`) that let the
+    re-scoring diagnostics render a stored step again. Every step of every trajectory gets a step row; token rows exist for scored steps only. ``rewards``
     and ``advantages`` are per step, in (trajectory, step) row order.
     """
     step_rows: list[dict] = []
@@ -147,7 +148,9 @@ def replay_tables(
                 step_idx=sample.step_idx, num_steps=len(traj.steps), action=sample.action, operator=sample.operator,
                 obs_next=sample.obs_next, feedback_label=sample.feedback_label,
                 progress_label=sample.progress_label, reward=float(rewards[row]), advantage=float(advantages[row]),
-                nll=float(nll[key]), selected=key in selected, scored=scored, n_tokens=len(sample.response_ids)))
+                nll=float(nll[key]), selected=key in selected, scored=scored, n_tokens=len(sample.response_ids),
+                task=traj.task, obs=sample.obs, admissible=list(sample.admissible),
+                history_shown=sample.history_shown))
             if not scored:
                 continue
             n = len(sample.response_ids)

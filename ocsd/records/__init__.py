@@ -31,6 +31,7 @@ from ocsd.records.lock import LOCK_FILE, LockInfo, RunInUseError, RunLock, read_
 from ocsd.records.run import RunWriter, read_metrics, read_run_info, validate_path
 from ocsd.records.schema import (
     CHECKPOINT_COLUMN,
+    CONTEXT_COLUMNS,
     FEEDBACK_LABELS,
     META_FILE,
     META_KEYS,
@@ -52,6 +53,7 @@ from ocsd.records.validation import validate_replay
 
 __all__ = [
     "CHECKPOINT_COLUMN",
+    "CONTEXT_COLUMNS",
     "FEEDBACK_LABELS",
     "LOCK_FILE",
     "META_FILE",

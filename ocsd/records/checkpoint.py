@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from ocsd.cli import jsonable
 from ocsd.records.schema import (
     CHECKPOINT_COLUMN,
+    CONTEXT_COLUMNS,
     META_FILE,
     META_KEYS,
     NULLABLE_STEP_COLUMNS,
@@ -91,12 +92,13 @@ def _check_frame(frame: pd.DataFrame, required: dict[str, pa.DataType], what: st
 
 
 def _to_table(frame: pd.DataFrame, required: dict[str, pa.DataType], what: str) -> pa.Table:
-    """Convert a frame to Arrow with the contract's types; extra ``logp_*`` columns become float32."""
+    """Convert a frame to Arrow with the contract's types; extra ``logp_*`` columns become float32 and the
+    optional context columns (:data:`CONTEXT_COLUMNS`) get their types."""
     _check_frame(frame, required, what)
     fields = [pa.field(name, dtype, nullable=True) for name, dtype in required.items()]
     for name in frame.columns:
         if name not in required:
-            dtype = pa.float32() if name.startswith("logp_") else None
+            dtype = pa.float32() if name.startswith("logp_") else CONTEXT_COLUMNS.get(name)
             fields.append(pa.field(name, dtype) if dtype else pa.field(name, pa.infer_type(frame[name].tolist())))
     arrays = []
     for f in fields:
@@ -104,7 +106,8 @@ def _to_table(frame: pd.DataFrame, required: dict[str, pa.DataType], what: str) 
         if pa.types.is_string(f.type):
             values = values.astype(object).where(values.notna(), None)
         try:
-            arrays.append(pa.array(values.tolist() if pa.types.is_string(f.type) else values.to_numpy(),
+            as_list = pa.types.is_string(f.type) or pa.types.is_list(f.type)
+            arrays.append(pa.array(values.tolist() if as_list else values.to_numpy(),
                                    type=f.type, from_pandas=True))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
             raise RecordError(f"{what}: column '{f.name}' cannot be stored as {f.type} ({exc})") from exc
@@ -167,6 +170,7 @@ def write_replay(folder: str | os.PathLike, steps: pd.DataFrame, tokens: pd.Data
     problems = check_tables(steps_table.to_pandas(), tokens_table.to_pandas(), folder / STEPS_FILE,
                             folder / TOKENS_FILE, meta, folder / META_FILE)
     problems += null_problems(steps_table, STEP_COLUMNS, NULLABLE_STEP_COLUMNS, folder / STEPS_FILE)
+    problems += null_problems(steps_table, CONTEXT_COLUMNS, frozenset(), folder / STEPS_FILE)
     problems += null_problems(tokens_table, TOKEN_COLUMNS, frozenset(), folder / TOKENS_FILE)
     if problems:
         raise RecordError("refusing to write an invalid checkpoint:\n  " + "\n  ".join(problems))

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 __all__ = [
     "CHECKPOINT_COLUMN",
+    "CONTEXT_COLUMNS",
     "FEEDBACK_LABELS",
     "META_FILE",
     "META_KEYS",
@@ -60,6 +61,19 @@ STEP_COLUMNS: dict[str, pa.DataType] = {
     "n_tokens": pa.int32(),
 }
 """Required columns of ``steps.parquet`` and their Arrow types."""
+
+CONTEXT_COLUMNS: dict[str, pa.DataType] = {
+    "task": pa.string(),
+    "obs": pa.string(),
+    "admissible": pa.list_(pa.string()),
+    "history_shown": pa.int32(),
+}
+"""Optional columns of ``steps.parquet`` that let a tool render a stored step again under any view: the task
+description, o_k, the admissible actions at step k, and the number of (o_j, a_j) pairs the rollout prompt
+showed (the pairs themselves are the ``obs`` and ``action`` of the trajectory's earlier rows; o_{k+1}, a_{k+1},
+o_{k+2} are this and the next rows' ``obs_next`` and ``action``). This suite's writers always add them; the
+re-scoring diagnostics (``diagnostics.swap``, ``diagnostics.audit``) need them, every other reader ignores them.
+When present they are type-checked and may not hold nulls."""
 
 RECORDED_VIEWS = ("student", "full", "ablated")
 """Views whose log-probs every scored step records (``logp_<view>`` columns); extra views add columns."""

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ocsd.records.schema import (
+    CONTEXT_COLUMNS,
     FEEDBACK_LABELS,
     META_FILE,
     META_KEYS,
@@ -63,14 +64,21 @@ _META_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 def _type_ok(actual: pa.DataType, expected: pa.DataType) -> bool:
+    if pa.types.is_list(expected):
+        return (pa.types.is_list(actual) or pa.types.is_large_list(actual)) and _type_ok(actual.value_type,
+                                                                                         expected.value_type)
     if pa.types.is_string(expected):
         return pa.types.is_string(actual) or pa.types.is_large_string(actual) or pa.types.is_null(actual)
     return actual == expected
 
 
-def _schema_problems(schema: pa.Schema, required: dict[str, pa.DataType], path: Path) -> list[str]:
+def _schema_problems(schema: pa.Schema, required: dict[str, pa.DataType], path: Path,
+                     optional: dict[str, pa.DataType] | None = None) -> list[str]:
     problems = []
     names = set(schema.names)
+    for name, dtype in (optional or {}).items():
+        if name in names and not _type_ok(schema.field(name).type, dtype):
+            problems.append(f"{path}: column '{name}' has type {schema.field(name).type}, expected {dtype}")
     for name, dtype in required.items():
         if name not in names:
             problems.append(f"{path}: missing column '{name}' ({dtype})")
@@ -242,8 +250,10 @@ def checked_tables(folder: Path) -> tuple[list[str], dict | None, dict[str, pd.D
         except Exception as exc:  # pyarrow raises several types for corrupt files
             problems.append(f"{path}: cannot be read as parquet ({exc})")
             continue
-        found = _schema_problems(table.schema, required, path)
+        optional = CONTEXT_COLUMNS if name == STEPS_FILE else {}
+        found = _schema_problems(table.schema, required, path, optional)
         found += null_problems(table, required, NULLABLE_STEP_COLUMNS if name == STEPS_FILE else frozenset(), path)
+        found += null_problems(table, optional, frozenset(), path)
         problems += found
         if not found:
             tables[name] = table.to_pandas()

@@ -59,7 +59,9 @@ Writing a new view
 Any object with a ``name`` and ``render(step, renderer) -> list[int]`` is a view. To reuse the
 structure, subclass :class:`TemplateView` and return ``(kind, text)`` pieces from ``evidence``; see
 the README section "Replay views". Reference it as ``module:Class`` (or ``path/to/file.py:Class``)
-with :func:`load_view`.
+with :func:`load_view`. A view that shows observations names its Observation-Ablated twin (a built-in name
+or ``module:Class``) in an ``ablated_twin`` attribute; ``python -m diagnostics.audit`` pairs the two (default
+``ablated``).
 """
 
 from __future__ import annotations
@@ -346,6 +348,7 @@ class FullView(TemplateView):
     """Full replay evidence E^F (actual observations)."""
 
     horizon = 2
+    ablated_twin = "ablated"
 
     def evidence(self, step: StepRecord) -> list[tuple[str, str]]:
         return evidence_pieces(step, horizon=self.horizon)
@@ -376,6 +379,7 @@ class OneObsView(FullView):
     """One-observation horizon: only o_{k+1}, no future-action schema."""
 
     horizon = 1
+    ablated_twin = "one_obs_ablated"
 
 
 @register_view("one_obs_ablated")
@@ -387,7 +391,10 @@ class OneObsAblatedView(AblatedView):
 
 @register_view("scaffold_only")
 class ScaffoldOnlyView(TemplateView):
-    """The ablated evidence without the ``Next action:`` schema field."""
+    """The ablated evidence without the ``Next action:`` schema field (audited against ``ablated``, it measures
+    what the schema alone does)."""
+
+    ablated_twin = "ablated"
 
     def evidence(self, step: StepRecord) -> list[tuple[str, str]]:
         return evidence_pieces(step, ablate=True, schema=False)

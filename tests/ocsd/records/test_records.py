@@ -340,3 +340,39 @@ def test_cli_validate_reports_meta_types_and_repeated_steps(ckpt, tmp_path, caps
     assert main(["validate", str(ckpt.parents[1])]) == 1
     out = capsys.readouterr().out
     assert "key 'views'" in out and "key 'global_step'" in out and "field 'step' repeats" in out
+
+
+def _with_context(steps: pd.DataFrame) -> pd.DataFrame:
+    return steps.assign(task="put a pen on the desk", obs="You are in the middle of a room.",
+                        admissible=[["go to desk 1", "look"]] * len(steps),
+                        history_shown=np.minimum(steps["step_idx"], 1).astype(np.int32))
+
+
+def test_context_columns_round_trip_with_their_types(tmp_path):
+    from ocsd.records import CONTEXT_COLUMNS
+
+    steps, tokens = make_tables(np.random.default_rng(4))
+    folder = write_replay(tmp_path / "global_step_3" / "replay", _with_context(steps), tokens, meta())
+    schema = pq.read_schema(folder / "steps.parquet")
+    for name, dtype in CONTEXT_COLUMNS.items():
+        assert schema.field(name).type == dtype
+    back = read_replay(folder.parent).steps
+    assert list(back["admissible"].iloc[0]) == ["go to desk 1", "look"]
+    assert validate_replay(folder) == []
+
+
+@pytest.mark.parametrize("column, value, message", [
+    ("history_shown", "one", "column 'history_shown' has type string, expected int32"),
+    ("task", None, "column 'task' has 1 null value"),
+])
+def test_bad_context_columns_are_named(tmp_path, column, value, message):
+    steps, tokens = make_tables(np.random.default_rng(5))
+    folder = write_replay(tmp_path / "global_step_3" / "replay", _with_context(steps), tokens, meta())
+    table = pq.read_table(folder / "steps.parquet")
+    values = table.column(column).to_pylist()
+    values = [value if i == 0 else (str(v) if isinstance(value, str) else v) for i, v in enumerate(values)]
+    field = pa.field(column, pa.string() if isinstance(value, str) else table.schema.field(column).type)
+    table = table.set_column(table.schema.get_field_index(column), field, pa.array(values, type=field.type))
+    pq.write_table(table, folder / "steps.parquet")
+    problems = validate_replay(folder)
+    assert any(message in p for p in problems), problems

@@ -1,0 +1,529 @@
+"""Audit of a replay-view design: is it more observation-specific than Full?
+
+A researcher's new view (any :class:`ocsd.replay.views.ReplayView`, referenced as ``module:Class``) is paired
+with its Observation-Ablated twin (the view's ``ablated_twin`` attribute, ``--twin``, default ``ablated``), and
+the stored selected steps of a run are re-scored under student, Full, Observation-Ablated, the view and its twin
+with each checkpoint's own weights (:mod:`diagnostics.rescore`). The paper's diagnostic battery then runs twice
+on the same steps, side by side: on the baseline (Full and Ablated, ``--baseline``) and on the design, where
+the design's signals are
+
+* support   view - student        (the design's delta_F),
+* ablated   twin - student        (its delta_A),
+* residual  view - twin           (its e).
+
+Before scoring, every step is checked for structural matching: the view and its twin must render the same
+token ids outside observation segments (segment-structured views, :class:`ocsd.replay.views.TemplateView`);
+views that only return ids cannot be checked and the report says so.
+
+The report answers, point by point, whether the design is more observation-specific than the baseline:
+
+1. structurally matched to its twin;
+2. feedback AUROC of the residual, design minus baseline (paired trajectory-cluster bootstrap);
+3. the residual's gain over its own support (raw Delta AUROC), design against baseline;
+4. mean D over the environment-facing roles (Action, Entity/State), design against baseline;
+5. observation-swap sensitivity (:mod:`diagnostics.swap`): the drop of the residual's AUROC when o_{k+1} is
+   swapped, design against baseline (not applicable when the view does not show o_{k+1});
+6. word tails: Jaccard overlap of the residual+ and support+ top words (lower: the residual picks other
+   words than its support).
+
+Command::
+
+    python -m diagnostics.audit --run DIR --view module:Class [--twin NAME] [--baseline full]
+        [--ckpt-steps N,N|all] [--donors 5] [--per-category 40] [--model PATH] [--device cpu] [--out DIR]
+        [--n-boot 1000] [--seed 0] [--json]
+
+Writes ``audit.md`` (with figures), ``audit.json`` and the design's word clouds to ``--out`` (default
+``DIR/audit_<view name>``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from diagnostics import tails
+from diagnostics.bootstrap import paired_delta_auroc
+from diagnostics.load import DiagnosticsError, from_replay
+from diagnostics.options import add_bootstrap_options
+from diagnostics.rescore import Checkpoint, Rescorer, parse_steps, run_checkpoints, run_settings
+from diagnostics.stats import DegenerateInputWarning
+from diagnostics.swap import (_device, _run_name, assign_donors, select_targets, swap_auroc, swap_drop,
+                              swap_scores)
+from ocsd.cli import emit, fmt, format_table, jsonable, output_folder, positive_int, run_main
+from ocsd.records import CHECKPOINT_COLUMN
+from ocsd.replay.render import RenderedStep
+from ocsd.replay.stored import stored_records
+from ocsd.replay.views import ReplayView, get_view, load_view
+
+__all__ = ["Design", "audit", "main", "structural_match"]
+
+ENV_ROLES = ("Action", "Entity/State")
+"""Roles whose words name what the environment answers about (paper Fig. 2b)."""
+
+
+@dataclass(frozen=True)
+class Design:
+    """A view and its Observation-Ablated twin."""
+
+    view: ReplayView
+    twin: ReplayView
+
+    @classmethod
+    def of(cls, view: str | ReplayView, twin: str | ReplayView | None = None) -> "Design":
+        """``view`` (a name, ``module:Class`` or object) with ``twin``, else the view's ``ablated_twin``."""
+        try:
+            v = get_view(view)
+            t = get_view(twin if twin is not None else getattr(v, "ablated_twin", "ablated"))
+        except ValueError as exc:
+            raise DiagnosticsError(str(exc)) from None
+        if v.name == t.name:
+            raise DiagnosticsError(f"the view and its twin are both named {v.name!r}: give the twin with --twin")
+        return cls(v, t)
+
+
+# ----------------------------------------------------------------------------------------------
+# structural matching
+# ----------------------------------------------------------------------------------------------
+
+
+def _outside_observations(rendered) -> list[tuple[str, tuple[int, ...]]]:
+    return [(s.kind, tuple(s.ids)) for s in rendered.segments if s.kind != "observation"]
+
+
+def structural_match(steps: Sequence[RenderedStep], design: Design) -> dict:
+    """Whether the view and its twin differ only inside observation segments, step by step.
+
+    Returns
+    -------
+    dict
+        ``{"checked", "matched", "method": "segments"|"unavailable", "first_mismatch": str|None,
+        "shows_observations": bool|None}``; ``matched`` is None when the view returns ids only.
+    """
+    v, t = design.view.name, design.twin.name
+    if not steps or any(s.views.get(v) is None or s.views.get(t) is None for s in steps):
+        return {"checked": len(steps), "matched": None, "method": "unavailable", "first_mismatch": None,
+                "shows_observations": None,
+                "note": "the view or its twin returns token ids only (no segments): observation spans are unknown"}
+    matched, first = 0, None
+    shows = False
+    for s in steps:
+        a, b = _outside_observations(s.views[v]), _outside_observations(s.views[t])
+        shows = shows or any(seg.kind == "observation" and seg.text not in (
+            "Observation: not provided", "Observation: not provided\n\n") for seg in s.views[v].segments)
+        if a == b:
+            matched += 1
+        elif first is None:
+            kinds = [k for k, _ in a]
+            where = next((f"segment {i} ({ka} in the view, {kb} in the twin)"
+                          for i, ((ka, ia), (kb, ib)) in enumerate(zip(a, b)) if (ka, ia) != (kb, ib)),
+                         f"the number of segments ({len(a)} vs {len(b)}: {kinds} vs {[k for k, _ in b]})")
+            first = f"step {s.step.key}: {where} outside the observations differs"
+    return {"checked": len(steps), "matched": matched, "method": "segments", "first_mismatch": first,
+            "shows_observations": shows}
+
+
+# ----------------------------------------------------------------------------------------------
+# re-scoring and the battery
+# ----------------------------------------------------------------------------------------------
+
+
+def _rescore_checkpoint(ckpt: Checkpoint, rescorer: Rescorer, baseline: Design, design: Design, *,
+                        progress: bool) -> tuple[pd.DataFrame, pd.DataFrame, dict, list[str]]:
+    """Token log-probs of the checkpoint's selected scored steps under the five views.
+
+    Returns ``(steps, tokens, structure, skipped)``; tokens carry ``logp_student`` and ``logp_<pair>_<side>``
+    for pair in (base, design) and side in (view, twin).
+    """
+    from ocsd.replay.views import StudentView
+
+    sel = ckpt.steps[ckpt.steps["selected"].to_numpy(bool) & ckpt.steps["scored"].to_numpy(bool)]
+    keys = [(str(u), int(k)) for u, k in zip(sel["traj_uid"], sel["step_idx"])]
+    records = stored_records(ckpt.steps, ckpt.tokens, ckpt.meta["env"], keys=keys,
+                             where=str(ckpt.folder / "replay" / "steps.parquet"))
+    ordered = [records[k] for k in keys]
+    base_r, skipped_b = rescorer.render(ordered, [baseline.view, baseline.twin])
+    design_r, skipped_d = rescorer.render(ordered, [design.view, design.twin])
+    student_r, skipped_s = rescorer.render(ordered, [StudentView()])
+    structure = structural_match(design_r, design)
+    by = [{r.step.key: r for r in group} for group in (base_r, design_r, student_r)]
+    kept = [k for k in keys if all(f"{k[0]}:{k[1]}" in group for group in by)]
+    contexts, responses = [], []
+    for u, k in kept:
+        b, d, s = (group[f"{u}:{k}"] for group in by)
+        contexts.append({"student": s.contexts["student"], "base_view": b.contexts[baseline.view.name],
+                         "base_twin": b.contexts[baseline.twin.name], "design_view": d.contexts[design.view.name],
+                         "design_twin": d.contexts[design.twin.name]})
+        responses.append(b.response_ids)
+    scored = rescorer.score(contexts, responses, keys=[f"{u}:{k}" for u, k in kept], progress=progress,
+                            desc=f"audit scoring {ckpt.name}")
+    step_rows = sel.set_index(["traj_uid", "step_idx"]).loc[kept].reset_index()
+    tok = ckpt.tokens.set_index(["traj_uid", "step_idx"])
+    frames = []
+    for (u, k), logp in zip(kept, scored):
+        rows = tok.loc[(u, k)].sort_values("token_idx")
+        frames.append(pd.DataFrame({"global_step": ckpt.global_step, "traj_uid": u, "step_idx": k,
+                                    "token_idx": rows["token_idx"].to_numpy(), "token": rows["token"].to_numpy(),
+                                    **{f"logp_{name}": values for name, values in logp.items()}}))
+    tokens = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    skipped = sorted(set(skipped_b) | set(skipped_d) | set(skipped_s))
+    return step_rows, tokens, structure, skipped
+
+
+def _diag_data(steps: pd.DataFrame, tokens: pd.DataFrame, env: str, pair: str, total_steps: int):
+    tok = tokens.rename(columns={f"logp_{pair}_view": "logp_full", f"logp_{pair}_twin": "logp_ablated"})
+    return from_replay(steps, tok, [{"env": env}], total_steps=total_steps)
+
+
+def _point(name: str, baseline, design, verdict: str, detail: str) -> dict:
+    return {"point": name, "baseline": baseline, "design": design, "verdict": verdict, "detail": detail}
+
+
+VERDICTS = {"design": "more observation-specific: yes", "baseline": "more observation-specific: no",
+            "overlap": "no clear difference", "undetermined": "undetermined (a class or a value is missing)"}
+
+
+def _by_interval(design: Mapping, base: Mapping) -> str:
+    """``design`` when the design's interval lies above the baseline's, ``baseline`` when below, else
+    ``overlap`` (``undetermined`` with a missing value). Entries are ``{ci_low, ci_high}``."""
+    values = [design["ci_low"], design["ci_high"], base["ci_low"], base["ci_high"]]
+    if not all(np.isfinite(v) for v in values):
+        return "undetermined"
+    if design["ci_low"] > base["ci_high"]:
+        return "design"
+    if design["ci_high"] < base["ci_low"]:
+        return "baseline"
+    return "overlap"
+
+
+def _excludes_zero(entry: Mapping) -> str:
+    """``design`` / ``baseline`` when a paired design-minus-baseline interval lies above / below 0."""
+    if not (np.isfinite(entry["ci_low"]) and np.isfinite(entry["ci_high"])):
+        return "undetermined"
+    return "design" if entry["ci_low"] > 0 else "baseline" if entry["ci_high"] < 0 else "overlap"
+
+
+def audit_points(result: dict) -> list[dict]:
+    """The point-by-point comparison of design and baseline (see the module docstring).
+
+    A verdict says yes or no only where the intervals separate the two (a paired design-minus-baseline
+    interval that excludes 0, or two intervals that do not overlap); the word-tail overlap, which has no
+    interval, is compared by its values and says so.
+    """
+    base, des = result["baseline"], result["design"]
+    pct = f"{result['ci']:.0%}"
+    points = []
+    st = result["structure"]
+    if st["matched"] is None:
+        points.append(_point("structural match", None, None, "undetermined",
+                             "the view returns ids only: observation spans cannot be located"))
+    else:
+        ok = st["matched"] == st["checked"]
+        points.append(_point("structural match", None, f"{st['matched']}/{st['checked']} steps",
+                             "matched" if ok else "not matched",
+                             "ids differ only inside observation segments" if ok else st["first_mismatch"]))
+    gain = result["residual_gain"]
+    points.append(_point("feedback AUROC of the residual", base["auroc"]["signals"]["residual"]["auroc"],
+                         des["auroc"]["signals"]["residual"]["auroc"], VERDICTS[_excludes_zero(gain)],
+                         f"design - baseline = {fmt(gain['delta'])} [{fmt(gain['ci_low'])}, {fmt(gain['ci_high'])}], "
+                         f"paired {pct} cluster-bootstrap interval"))
+    b_raw, d_raw = base["robustness"]["raw"], des["robustness"]["raw"]
+    points.append(_point("residual gain over its support (raw Delta AUROC)", b_raw["delta"], d_raw["delta"],
+                         VERDICTS[_by_interval(d_raw, b_raw)],
+                         f"AUROC(residual) - AUROC(support); {pct} intervals baseline [{fmt(b_raw['ci_low'])}, "
+                         f"{fmt(b_raw['ci_high'])}], design [{fmt(d_raw['ci_low'])}, {fmt(d_raw['ci_high'])}]"))
+    cats_b, cats_d = base["dratio"]["categories"], des["dratio"]["categories"]
+    outcomes = {role: _by_interval(cats_d[role], cats_b[role]) for role in ENV_ROLES}
+    wins = [r for r, o in outcomes.items() if o == "design"]
+    losses = [r for r, o in outcomes.items() if o == "baseline"]
+    verdict = ("undetermined" if all(o == "undetermined" for o in outcomes.values()) else
+               "design" if wins and not losses else "baseline" if losses and not wins else "overlap")
+    points.append(_point(f"D of {' and '.join(ENV_ROLES)} words", _env_d(base["dratio"]), _env_d(des["dratio"]),
+                         VERDICTS[verdict],
+                         "mean over the two roles; " + ", ".join(f"{r}: {outcomes[r]}" for r in ENV_ROLES) +
+                         f" ({pct} intervals per role)"))
+    sw = result.get("swap")
+    if sw is None or not sw["design"].get("shows_observation", False):
+        points.append(_point("observation-swap sensitivity", None, None, "not applicable",
+                             "the view does not show o_{k+1}" if sw is not None else "no swap analysis (--no-swap)"))
+    else:
+        drops = [sw[side]["drop"] for side in ("baseline", "design")]
+        points.append(_point("observation-swap sensitivity (AUROC drop when o_{k+1} is swapped)", drops[0]["delta"],
+                             drops[1]["delta"], VERDICTS[_by_interval(drops[1], drops[0])],
+                             f"realized - swapped AUROC of mean |residual| (paired {pct} intervals: baseline "
+                             f"[{fmt(drops[0]['ci_low'])}, {fmt(drops[0]['ci_high'])}], design "
+                             f"[{fmt(drops[1]['ci_low'])}, {fmt(drops[1]['ci_high'])}]); a larger drop depends more "
+                             f"on the action-observation correspondence"))
+    overlap = [r["tails"]["overlap"].get("full+|residual+", np.nan) for r in (base, des)]
+    tails_verdict = ("undetermined" if not all(np.isfinite(overlap)) else
+                     "design" if overlap[1] < overlap[0] else "baseline" if overlap[1] > overlap[0] else "overlap")
+    points.append(_point("word tails: Jaccard(residual+, support+)", overlap[0], overlap[1],
+                         VERDICTS[tails_verdict] + " (by value, no interval)",
+                         "lower: the residual's top words differ more from its support's"))
+    return points
+
+
+def _env_d(dratio: dict) -> float:
+    cats = dratio["categories"]
+    values = [cats[r]["mean"] for r in ENV_ROLES if r in cats and np.isfinite(cats[r]["mean"])]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | None = None,
+          baseline: str = "full", ckpt_steps: Sequence[int] | None = None, donors: int = 5, per_category: int = 40,
+          swap: bool = True, model: str | None = None, device: str | None = None, dtype: str | None = None,
+          n_boot: int = 1000, ci: float = 0.95, seed: int = 0, top: int = 30, progress: bool = True) -> tuple[dict, dict]:
+    """Audit ``view`` against ``baseline`` on the selected steps of ``run`` (module docstring).
+
+    Parameters
+    ----------
+    ckpt_steps : sequence of int, optional
+        Checkpoints to use (default: every complete checkpoint of the run).
+
+    Returns
+    -------
+    result : dict
+        ``{"view", "twin", "baseline", "structure", "baseline": battery, "design": battery, "residual_gain",
+        "support_gain", "swap", "points", "n_steps", "unrendered", ...}``; a battery is
+        :func:`diagnostics.report.diagnose`'s output.
+    rates : dict
+        ``{"baseline", "design"}`` -> tail-rate tables (for the word clouds).
+    """
+    from diagnostics.report import diagnose
+
+    base, design = Design.of(baseline), Design.of(view, twin)
+    ckpts = run_checkpoints(run, ckpt_steps, default="all")
+    settings = run_settings(run)
+    device, dtype = _device(device, settings), dtype or str(settings.get("dtype") or "float32")
+    env = str(ckpts[0].meta["env"])
+    step_frames, token_frames, unrendered = [], [], []
+    structure = {"checked": 0, "matched": 0, "method": "segments", "first_mismatch": None, "shows_observations": False}
+    swap_frames: dict[str, list[pd.DataFrame]] = {"baseline": [], "design": []}
+    shows = {"baseline": False, "design": False}
+    short = 0
+    rescorer, loaded = None, None
+    for ckpt in ckpts:
+        if ckpt.weights != loaded:
+            rescorer = Rescorer(ckpt.weights, env=env, max_prompt_length=settings.get("max_prompt_length"),
+                                device=device, dtype=dtype, token_budget=settings.get("scoring_token_budget"))
+            loaded = ckpt.weights
+        st, tok, ck_structure, skipped = _rescore_checkpoint(ckpt, rescorer, base, design, progress=progress)
+        structure = _merge_structure(structure, ck_structure)
+        unrendered += [f"{ckpt.name}: {reason}" for reason in skipped]
+        step_frames.append(st.assign(**{CHECKPOINT_COLUMN: str(ckpt.folder)}))
+        token_frames.append(tok.assign(**{CHECKPOINT_COLUMN: str(ckpt.folder)}))
+        if swap:
+            rng = np.random.default_rng([seed, ckpt.global_step])  # the targets and donors of diagnostics.swap
+            targets = select_targets(ckpt.steps, per_category, rng)
+            donor_obs, ck_short = assign_donors(ckpt.steps, targets, donors, rng)
+            short += len(ck_short)
+            keys = [(str(u), int(k)) for u, k in zip(targets["traj_uid"], targets["step_idx"])]
+            records = stored_records(ckpt.steps, ckpt.tokens, env, keys=keys)
+            category = dict(zip(keys, targets["category"]))
+            for side, pair in (("baseline", base), ("design", design)):
+                sc = swap_scores(rescorer, records, donor_obs, view=pair.view, twin=pair.twin, progress=progress)
+                shows[side] = shows[side] or sc.shows_observation
+                swap_frames[side].append(pd.DataFrame({
+                    "checkpoint": ckpt.name, "traj_uid": [u for u, _ in sc.keys], "step_idx": [k for _, k in sc.keys],
+                    "category": [category[k] for k in sc.keys], "S_realized": sc.realized, "S_swapped": sc.swapped}))
+    steps, tokens = pd.concat(step_frames, ignore_index=True), pd.concat(token_frames, ignore_index=True)
+    if tokens.empty:
+        raise DiagnosticsError(f"{run}: no selected step could be rendered under every view ({unrendered[:1]})")
+    total = int(max(c.global_step for c in ckpts))
+    data = {side: _diag_data(steps, tokens, env, pair, total) for side, pair in (("baseline", "base"),
+                                                                                ("design", "design"))}
+    battery, rates = {}, {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateInputWarning)  # missing classes show as nan in the report
+        for side in ("baseline", "design"):
+            battery[side], rates[side] = diagnose(data[side], n_boot=n_boot, ci=ci, seed=seed, top=top,
+                                                  progress=False)
+            battery[side].pop("seconds")
+        gains = _paired_gains(data["baseline"], data["design"], n_boot=n_boot, ci=ci, seed=seed)
+    result = {"run": _run_name(run), "view": design.view.name, "twin": design.twin.name,
+              "baseline_view": base.view.name, "baseline_twin": base.twin.name, "checkpoints": [c.global_step for c in ckpts],
+              "weights": sorted({c.weights for c in ckpts}), "device": device, "dtype": dtype,
+              "n_steps": int(len(data["baseline"].steps)), "n_boot": n_boot, "ci": ci, "seed": seed,
+              "structure": structure, "baseline": battery["baseline"], "design": battery["design"], **gains,
+              "unrendered": unrendered}
+    if swap:
+        result["swap"] = {"donors": donors, "per_category": per_category, "n_insufficient_donors": short}
+        for side in ("baseline", "design"):
+            frame = pd.concat(swap_frames[side], ignore_index=True)
+            result["swap"][side] = {**swap_auroc(frame, n_boot=n_boot, ci=ci, seed=seed),
+                                    "drop": swap_drop(frame, n_boot=n_boot, ci=ci, seed=seed),
+                                    "n_steps": int(len(frame)), "shows_observation": shows[side]}
+    result["points"] = audit_points(result)
+    return result, rates
+
+
+def _merge_structure(total: dict, part: dict) -> dict:
+    if part["matched"] is None or total["matched"] is None:
+        return {**part, "checked": total["checked"] + part["checked"], "matched": None}
+    return {"checked": total["checked"] + part["checked"], "matched": total["matched"] + part["matched"],
+            "method": "segments", "first_mismatch": total["first_mismatch"] or part["first_mismatch"],
+            "shows_observations": bool(total["shows_observations"] or part["shows_observations"])}
+
+
+def _paired_gains(base, design, *, n_boot: int, ci: float, seed: int) -> dict:
+    """Design minus baseline AUROC of the residual and of the support, paired on the same labelled steps."""
+    lb, ld = base.labelled(), design.labelled()
+    if not lb[["traj_uid", "step_idx", "ckpt"]].reset_index(drop=True).equals(
+            ld[["traj_uid", "step_idx", "ckpt"]].reset_index(drop=True)):
+        raise AssertionError("baseline and design steps differ")  # both come from the same step table
+    y, clusters = lb["y"].to_numpy(bool), lb["cluster"].to_numpy()
+    out = {}
+    for name, column in (("residual_gain", "S_residual"), ("support_gain", "S_full")):
+        res = paired_delta_auroc(y, ld[column].to_numpy(), lb[column].to_numpy(), clusters, n_boot=n_boot, ci=ci,
+                                 seed=seed)
+        out[name] = {"delta": res.estimate, "ci_low": res.ci_low, "ci_high": res.ci_high}
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# report
+# ----------------------------------------------------------------------------------------------
+
+
+def _cell(value) -> str:
+    """A point's value for a table: text as it is, ``-`` for none, numbers with three digits."""
+    return value if isinstance(value, str) else "-" if value is None else fmt(value)
+
+
+def _markdown(result: dict, files: dict) -> str:
+    pct = f"{result['ci']:.0%}"
+    b, d = result["baseline"], result["design"]
+    name = f"`{result['view']}` (twin `{result['twin']}`)"
+    base = f"`{result['baseline_view']}` (twin `{result['baseline_twin']}`)"
+    st = result["structure"]
+    lines = [f"# Replay-view audit: {name} against {base}", "",
+             f"Run `{result['run']}`, checkpoints {result['checkpoints']}, {result['n_steps']} selected steps re-scored "
+             f"with each checkpoint's weights ({', '.join(result['weights'])}; {result['device']}, {result['dtype']}); "
+             f"{result['n_boot']} trajectory-cluster resamples, {pct} percentile intervals.", "",
+             "## Verdict, point by point", "", "| point | baseline | design | verdict | detail |",
+             "|---|---|---|---|---|",
+             *[f"| {p['point']} | {_cell(p['baseline'])} | {_cell(p['design'])} | **{p['verdict']}** | {p['detail']} |"
+               for p in result["points"]], "",
+             "## Structural matching", "",
+             (f"{st['matched']} of {st['checked']} steps render the same token ids outside observation segments in "
+              f"the view and its twin." if st["matched"] is not None else st.get("note", "not checked")) +
+             (f" First mismatch: {st['first_mismatch']}." if st.get("first_mismatch") else ""), "",
+             "## Feedback AUROC (valid vs invalid, ambiguous excluded)", "",
+             f"| signal | baseline | {pct} CI | design | {pct} CI |", "|---|---|---|---|---|",
+             *[f"| {sig} | {fmt(b['auroc']['signals'][sig]['auroc'])} | [{fmt(b['auroc']['signals'][sig]['ci_low'])}, "
+               f"{fmt(b['auroc']['signals'][sig]['ci_high'])}] | {fmt(d['auroc']['signals'][sig]['auroc'])} | "
+               f"[{fmt(d['auroc']['signals'][sig]['ci_low'])}, {fmt(d['auroc']['signals'][sig]['ci_high'])}] |"
+               for sig in ("ablated", "full", "residual")], "",
+             "Signals: `ablated` = twin - student, `full` = view - student (support), `residual` = view - twin. "
+             f"Design - baseline, paired: residual {fmt(result['residual_gain']['delta'])} "
+             f"[{fmt(result['residual_gain']['ci_low'])}, {fmt(result['residual_gain']['ci_high'])}], support "
+             f"{fmt(result['support_gain']['delta'])} [{fmt(result['support_gain']['ci_low'])}, "
+             f"{fmt(result['support_gain']['ci_high'])}].", "",
+             "## Delta AUROC (residual - support)", "",
+             f"| setting | baseline | design |", "|---|---|---|",
+             *[f"| {k} | {fmt(v['delta'])} [{fmt(v['ci_low'])}, {fmt(v['ci_high'])}] | {fmt(d['robustness'][k]['delta'])} "
+               f"[{fmt(d['robustness'][k]['ci_low'])}, {fmt(d['robustness'][k]['ci_high'])}] |"
+               for k, v in b["robustness"].items()], "",
+             "## D per functional role", "", "| role | baseline | design |", "|---|---|---|",
+             *[f"| {k} | {fmt(v['mean'])} [{fmt(v['ci_low'])}, {fmt(v['ci_high'])}] | "
+               f"{fmt(d['dratio']['categories'][k]['mean'])} [{fmt(d['dratio']['categories'][k]['ci_low'])}, "
+               f"{fmt(d['dratio']['categories'][k]['ci_high'])}] |" for k, v in b["dratio"]["categories"].items()], ""]
+    sw = result.get("swap")
+    if sw:
+        lines += ["## Observation swap", "",
+                  f"{sw['donors']} donors per step, at most {sw['per_category']} steps per category and checkpoint; "
+                  f"{sw['n_insufficient_donors']} step(s) without enough donors are not scored.", "",
+                  f"| | realized | swapped | steps | shows o_(k+1) |", "|---|---|---|---|---|",
+                  *[f"| {side} | {fmt(sw[side]['realized']['auroc'])} | {fmt(sw[side]['swapped']['auroc'])} | "
+                    f"{sw[side]['n_steps']} | {'yes' if sw[side]['shows_observation'] else 'no'} |"
+                    for side in ("baseline", "design")], ""]
+    lines += ["## Word tails of the design", "", "| tail | top words |", "|---|---|",
+              *[f"| {k} | {', '.join(w['word'] for w in v[:15])} |" for k, v in d["tails"]["top"].items()], "",
+              *[f"![{k}]({Path(p).name})" for k, p in files.items() if p.endswith(".png")], ""]
+    if result["unrendered"]:
+        lines += [f"{len(result['unrendered'])} selected step(s) could not be rendered under every view and are left "
+                  f"out of both sides: {result['unrendered'][0]}", ""]
+    return "\n".join(lines)
+
+
+def build_audit(run, view, out_dir, **kwargs) -> dict:
+    """Run :func:`audit` and write ``audit.md``, ``audit.json``, ``audit.png`` and the design's word clouds."""
+    from figures.audit_panels import draw_audit
+
+    result, rates = audit(run, view, **kwargs)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {"audit_png": str(draw_audit(result, out_dir))}
+    files.update(tails.write_files(rates["design"], out_dir, top=kwargs.get("top", 30), seed=kwargs.get("seed", 0)))
+    result["files"] = {k: str(v) for k, v in files.items()}
+    (out_dir / "audit.md").write_text(_markdown(result, result["files"]))
+    result["files"]["report"] = str(out_dir / "audit.md")
+    (out_dir / "audit.json").write_text(json.dumps(jsonable(result), indent=2, allow_nan=False) + "\n")
+    return result
+
+
+def table(result: dict) -> str:
+    """The point-by-point verdict as plain text."""
+    rows = [[p["point"], _cell(p["baseline"]), _cell(p["design"]), p["verdict"]] for p in result["points"]]
+    return format_table(["point", "baseline", "design", "verdict"], rows,
+                        title=f"Audit of {result['view']} (twin {result['twin']}) against {result['baseline_view']} "
+                              f"on {result['n_steps']} steps of {result['run']}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m diagnostics.audit", description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", required=True, metavar="DIR", help="run folder with actor checkpoints")
+    p.add_argument("--view", required=True, help="the view under audit: a built-in name or module:Class")
+    p.add_argument("--twin", default=None, help="its Observation-Ablated twin (default: the view's ablated_twin, "
+                                                "else ablated)")
+    p.add_argument("--baseline", default="full", help="the view to compare with (default full, twin ablated)")
+    p.add_argument("--ckpt-steps", default=None, metavar="N,N,...", help="checkpoints (default: all of the run)")
+    p.add_argument("--donors", type=positive_int("--donors"), default=5, help="donors per swapped step (5)")
+    p.add_argument("--per-category", type=positive_int("--per-category"), default=40,
+                   help="swap evaluation steps per category and checkpoint (40)")
+    p.add_argument("--no-swap", action="store_true", help="skip the observation-swap comparison")
+    p.add_argument("--model", default=None, help="re-score with these weights instead of each checkpoint's actor/")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: the run's device when available)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16, ... (default: the run's dtype)")
+    p.add_argument("--top", type=positive_int("--top"), default=30, help="top words per tail (30)")
+    p.add_argument("--out", type=output_folder, default=None, help="output folder (default RUN/audit_<view>)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    add_bootstrap_options(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
+    return p
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    if args.n_boot < 1 or not 0 < args.ci < 1:
+        raise DiagnosticsError(f"--n-boot must be >= 1 and --ci in (0, 1); got {args.n_boot} and {args.ci}")
+    try:
+        view = load_view(args.view)
+    except ValueError as exc:
+        raise DiagnosticsError(f"--view: {exc}") from None
+    out = args.out or Path(args.run) / f"audit_{view.name}"
+    result = build_audit(args.run, view, out, twin=args.twin, baseline=args.baseline,
+                         ckpt_steps=parse_steps(args.ckpt_steps), donors=args.donors, per_category=args.per_category,
+                         swap=not args.no_swap, model=args.model, device=args.device, dtype=args.dtype,
+                         n_boot=args.n_boot, ci=args.ci, seed=args.seed, top=args.top,
+                         progress=not args.no_progress and not args.json)
+    emit(args.json, result, table(result) + f"\n\nwrote {result['files']['report']}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m diagnostics.audit``."""
+    from ocsd.replay.models import ModelNotFoundError
+
+    return run_main(_main, argv, errors=(ModelNotFoundError,))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""Re-scoring stored steps with a checkpoint's weights: what ``diagnostics.swap`` and ``diagnostics.audit`` share.
+
+A checkpoint ``global_step_N`` of a training run holds ``actor/`` (a Hugging Face folder, LoRA merged),
+saved after the update of step N, and ``replay/`` scored during step N, before that update. Re-scoring
+with ``actor/`` therefore uses the weights one update later than the stored scores; a collection
+(``training.collect``) stores scores of the very weights it names (``meta.json``'s ``checkpoint``). Every
+view of a diagnosis is re-scored with the same weights, so realized, swapped and audited scores stay
+comparable; :func:`stored_residual_gap` says how far the re-scored residual is from the stored one.
+
+Steps are rendered from the stored context columns (:mod:`ocsd.replay.stored`) exactly as the trainer
+rendered them: every view of a step with the same history, shortened to the run's
+``max_prompt_length`` when needed (:func:`ocsd.replay.render.render_steps`). Views of a step with its
+o_{k+1} replaced by a donor observation (:func:`swapped_record`) keep the history of the realized
+rendering.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from diagnostics.load import DiagnosticsError
+from ocsd.records import RecordError, checkpoint_dirs, read_checkpoint, read_run_info
+from ocsd.replay.render import RenderedStep, render_steps
+from ocsd.replay.views import ReplayView, StepRecord
+
+__all__ = ["Checkpoint", "Rescorer", "checkpoint_weights", "parse_steps", "run_checkpoints", "stored_residual_gap",
+           "swapped_record"]
+
+PAPER_CHECKPOINTS = (10, 50, 100, 150)
+"""Checkpoints of the paper's observation-swapping analysis (appendix "Observation-Swapping Sensitivity
+Analysis": "we select checkpoints at training steps 10, 50, 100, and 150")."""
+
+
+@dataclass
+class Checkpoint:
+    """One checkpoint's stored replay tables and where its weights are.
+
+    Attributes
+    ----------
+    folder : pathlib.Path
+        The ``global_step_N`` folder.
+    global_step : int
+    steps, tokens : pandas.DataFrame
+        Every step row and every token row of the checkpoint.
+    meta : dict
+        Its ``meta.json``.
+    weights : str
+        What :func:`ocsd.replay.models.load_model` loads (:func:`checkpoint_weights`).
+    """
+
+    folder: Path
+    global_step: int
+    steps: pd.DataFrame
+    tokens: pd.DataFrame
+    meta: dict
+    weights: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.folder.parent.name}/{self.folder.name}"
+
+
+def parse_steps(text: str | None, flag: str = "--ckpt-steps") -> list[int] | None:
+    """``"10,50"`` -> ``[10, 50]``; ``None``/``"paper"`` -> ``None`` (the paper's steps that exist).
+
+    Raises
+    ------
+    DiagnosticsError
+        Naming ``flag`` when an item is not a non-negative integer.
+    """
+    if text is None or text == "paper":
+        return None
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item.isdigit():
+            raise DiagnosticsError(f"{flag}: {item!r} is not a global step (comma-separated integers, or 'paper')")
+        out.append(int(item))
+    return sorted(set(out))
+
+
+def checkpoint_weights(folder: Path, meta: Mapping, model: str | None = None) -> str:
+    """The weights that re-score a checkpoint: ``model`` when given, else its ``actor/``, else the ``actor/``
+    of the checkpoint a collection names in ``meta.json``.
+
+    Raises
+    ------
+    DiagnosticsError
+        Naming the folder when there are none.
+    """
+    if model is not None:
+        return model
+    for candidate in (folder / "actor", Path(str(meta.get("checkpoint") or "")) / "actor"):
+        if str(candidate) != "actor" and (candidate / "config.json").is_file():
+            return str(candidate)
+    raise DiagnosticsError(f"{folder}: no actor/ weights (the run saved none: save_weights=false) and meta.json names "
+                           f"no checkpoint that has them; pass --model PATH to re-score with other weights")
+
+
+def run_checkpoints(run: str | Path, steps: Sequence[int] | None, *, model: str | None = None,
+                    flag: str = "--ckpt-steps", default: str = "paper") -> list[Checkpoint]:
+    """The complete checkpoints of ``run`` at the global ``steps`` with their tables and weights.
+
+    ``steps=None`` takes every checkpoint with ``default="all"``; with ``default="paper"`` the paper's
+    checkpoints (:data:`PAPER_CHECKPOINTS`) that the run has, or, when it has none of them, every checkpoint
+    (with a note on stderr).
+
+    Raises
+    ------
+    DiagnosticsError
+        If ``run`` is not a run folder, a named step has no complete checkpoint (the message lists
+        those that exist), or a checkpoint has no weights (:func:`checkpoint_weights`).
+    """
+    run = Path(run)
+    if not run.is_dir():
+        raise DiagnosticsError(f"--run: {run} is not a folder")
+    available = {step: path for step, path in checkpoint_dirs(run) if (path / "replay" / "meta.json").is_file()}
+    if not available:
+        raise DiagnosticsError(f"--run: {run} has no complete checkpoint (global_step_N/replay/meta.json)")
+    if steps is None:
+        chosen = [s for s in PAPER_CHECKPOINTS if s in available] if default == "paper" else sorted(available)
+        if not chosen:
+            chosen = sorted(available)
+            print(f"note: {run} has none of the paper's checkpoints {list(PAPER_CHECKPOINTS)}; using all of its "
+                  f"checkpoints {chosen}", file=sys.stderr)
+    else:
+        absent = [s for s in steps if s not in available]
+        if absent:
+            raise DiagnosticsError(f"{flag}: {run} has no complete checkpoint at step(s) {absent}; it has "
+                                   f"{sorted(available)}")
+        chosen = list(steps)
+    out = []
+    for step in chosen:
+        data = read_checkpoint(available[step])
+        meta = data.metas[0]
+        out.append(Checkpoint(available[step], step, data.steps, data.tokens, meta,
+                              checkpoint_weights(available[step], meta, model)))
+    return out
+
+
+def run_settings(run: str | Path) -> dict:
+    """The run's config (``run.json``), empty when it has none this suite can read."""
+    try:
+        config = read_run_info(Path(run)).get("config")
+    except RecordError:
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def swapped_record(step: StepRecord, donor: str) -> StepRecord:
+    """``step`` with o_{k+1} replaced by ``donor``: history, o_k, a_{k+1}, o_{k+2} and the response unchanged."""
+    if not step.future_obs:
+        raise ValueError(f"step {step.key}: no o_{{k+1}} to replace")
+    return replace(step, future_obs=(donor, *step.future_obs[1:]), donor_obs=None)
+
+
+class Rescorer:
+    """Renders stored steps under views and scores their response tokens with one model.
+
+    Parameters
+    ----------
+    weights : str
+        A Hugging Face folder (a checkpoint's ``actor/``) or ``smollm2``.
+    env : str
+        The checkpoints' environment.
+    max_prompt_length : int or None
+        The run's prompt limit: histories are shortened as the trainer shortened them.
+    device, dtype : str
+        Where and in which precision to score.
+    token_budget : int, optional
+        Padded tokens per forward batch (:class:`ocsd.replay.scoring.ReplayScorer`).
+    """
+
+    def __init__(self, weights: str, *, env: str, max_prompt_length: int | None, device: str = "cpu",
+                 dtype: str = "float32", token_budget: int | None = None):
+        from ocsd.replay.models import load_model, load_tokenizer
+        from ocsd.replay.prompts import PromptRenderer
+        from ocsd.replay.scoring import ReplayScorer
+
+        self.weights, self.env, self.max_prompt_length = weights, env, max_prompt_length
+        self.tokenizer = load_tokenizer(weights)
+        model = load_model(weights, device=device, dtype=dtype)
+        self.renderer = PromptRenderer(self.tokenizer)
+        self.scorer = ReplayScorer(model, token_budget=token_budget, progress=False)
+
+    def render(self, records: Sequence[StepRecord], views: Sequence[ReplayView]
+               ) -> tuple[list[RenderedStep], list[str]]:
+        """Render every record under ``views`` with one history per step (as the trainer did).
+
+        Returns
+        -------
+        rendered : list of RenderedStep
+            In record order, without the steps that could not be rendered.
+        skipped : list of str
+            Why each other step could not be rendered.
+        """
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the skipped steps are returned and reported
+            rendered, skipped = render_steps(list(records), list(views), self.renderer, self.max_prompt_length)
+        return [r for _, r in rendered], [s.reason for s in skipped]
+
+    def contexts(self, records: Sequence[StepRecord], view: ReplayView) -> list[list[int]]:
+        """Prompt ids of each record under ``view`` with the record's history as it is (no shortening)."""
+        rendered, skipped = render_steps(list(records), [view], self.renderer, None)
+        if skipped:
+            raise DiagnosticsError(f"view {view.name!r} cannot render step {skipped[0].key}: {skipped[0].reason}")
+        return [r.contexts[view.name] for _, r in rendered]
+
+    def score(self, contexts: Sequence[Mapping[str, Sequence[int]]], responses: Sequence[Sequence[int]], *,
+              keys: Sequence[str] | None = None, progress: bool = True, desc: str = "re-scoring"
+              ) -> list[dict[str, np.ndarray]]:
+        """Log-probs of each response under each of its contexts (view name -> ids), shape ``(T,)`` each."""
+        from tqdm.auto import tqdm
+
+        from ocsd.replay.scoring import ScoreItem
+
+        items = [ScoreItem(ctx, resp, key=None if keys is None else keys[i])
+                 for i, (ctx, resp) in enumerate(zip(contexts, responses))]
+        out: list[dict[str, np.ndarray]] = []
+        chunk = 16
+        with tqdm(total=len(items), desc=desc, unit="step", disable=not progress, leave=False) as bar:
+            for start in range(0, len(items), chunk):
+                out += self.scorer.score(items[start:start + chunk], progress=False)
+                bar.update(len(items[start:start + chunk]))
+        return out
+
+
+def stored_residual_gap(tokens: pd.DataFrame, rescored: Mapping[tuple[str, int], np.ndarray]) -> float:
+    """Largest |stored step mean e - re-scored step mean e| over the re-scored steps (nan when none).
+
+    Parameters
+    ----------
+    tokens : pandas.DataFrame
+        The checkpoint's token rows (``logp_full``, ``logp_ablated``).
+    rescored : mapping
+        ``(traj_uid, step_idx) -> re-scored token residuals``.
+    """
+    if not rescored:
+        return float("nan")
+    e = tokens.assign(_e=tokens["logp_full"].astype(np.float64) - tokens["logp_ablated"].astype(np.float64))
+    stored = e.groupby(["traj_uid", "step_idx"])["_e"].mean()
+    gaps = [abs(float(stored.loc[key]) - float(np.mean(values))) for key, values in rescored.items()]
+    return float(max(gaps))

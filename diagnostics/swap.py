@@ -1,0 +1,413 @@
+"""Observation-swap sensitivity (paper appendix "Observation-Swapping Sensitivity Analysis", Fig. 5).
+
+Does the residual's feedback signal depend on the correspondence between an action and the observation
+that followed it, or only on there being observation text? For each chosen checkpoint of a run:
+
+1. **Evaluation steps**: the checkpoint's selected (high-NLL) scored steps, stratified by
+   ``progress_label`` into progress / no-progress / invalid; in a seeded random order a step is taken
+   while its category has fewer than ``per_category`` steps and its trajectory has none yet (no
+   trajectory is reused).
+2. **Donors**: for each evaluation step, ``donors`` post-action observations (``obs_next``) drawn without
+   replacement from the steps of *other* trajectories of the same checkpoint whose action has the same
+   ``operator``; a donor whose text equals the step's own o_{k+1} is not a swap and is never drawn. A
+   step with fewer candidates is reported (``insufficient_donors``), never silently dropped.
+3. **Scores** with the checkpoint's own actor weights (:mod:`diagnostics.rescore`): realized
+   e = log pi_F - log pi_A; swapped e_j = log pi_{F, o_{k+1} <- donor j} - log pi_A, where only o_{k+1} is
+   replaced (g(a_{k+1}), o_{k+2}, the response and the Ablated view unchanged). Step scores
+   S_real = mean_t |e_t| and S_swap = (1/J) sum_j mean_t |e_{j,t}|.
+4. **AUROC** of progress (positive) against invalid steps, no-progress excluded, a higher score predicting
+   progress (the paper does not say which class a larger |e| predicts; ``--higher invalid`` flips it), for
+   S_real and S_swap, with trajectory-cluster bootstrap intervals on the same resamples, pooled over the
+   checkpoints and per checkpoint.
+
+Command::
+
+    python -m diagnostics.swap --run DIR [--ckpt-steps 10,50,100,150] [--donors 5] [--per-category 40]
+        [--model PATH] [--device cpu|cuda] [--dtype bfloat16] [--out DIR] [--n-boot 1000] [--seed 0] [--json]
+
+Writes ``swap.json`` (the result below) and ``swap_steps.csv`` (every evaluation step with its donors'
+count and both scores) to ``--out`` (default ``DIR/swap``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from diagnostics.bootstrap import bootstrap_auroc
+from diagnostics.load import DiagnosticsError
+from diagnostics.options import add_bootstrap_options
+from diagnostics.rescore import (Checkpoint, Rescorer, parse_steps, run_checkpoints, run_settings,
+                                 stored_residual_gap, swapped_record)
+from ocsd.cli import emit, format_table, jsonable, output_folder, positive_int, run_main
+from ocsd.records import PROGRESS_LABELS
+from ocsd.replay.stored import stored_records
+from ocsd.replay.views import ReplayView, StepRecord, get_view
+
+__all__ = ["SwapScores", "assign_donors", "main", "select_targets", "swap_analysis", "swap_scores"]
+
+CATEGORIES = PROGRESS_LABELS  # progress, no_progress, invalid
+
+
+def select_targets(steps: pd.DataFrame, per_category: int, rng: np.random.Generator) -> pd.DataFrame:
+    """Evaluation steps of one checkpoint: at most ``per_category`` selected scored steps per
+    ``progress_label``, at most one per trajectory, taken in a random order.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The chosen rows of ``steps`` in the order they were taken, with a ``category`` column.
+    """
+    pool = steps[steps["selected"].to_numpy(bool) & steps["scored"].to_numpy(bool)]
+    order = rng.permutation(len(pool))
+    counts = {c: 0 for c in CATEGORIES}
+    used: set[str] = set()
+    taken = []
+    for i in order:
+        row = pool.iloc[int(i)]
+        category = str(row["progress_label"])
+        if counts[category] >= per_category or row["traj_uid"] in used:
+            continue
+        counts[category] += 1
+        used.add(row["traj_uid"])
+        taken.append(int(i))
+    out = pool.iloc[taken].copy()
+    out["category"] = out["progress_label"].astype(str)
+    return out.reset_index(drop=True)
+
+
+def assign_donors(steps: pd.DataFrame, targets: pd.DataFrame, n_donors: int, rng: np.random.Generator
+                  ) -> tuple[dict[tuple[str, int], list[str]], dict[tuple[str, int], int]]:
+    """Donor observations of each target step.
+
+    Candidates of a target are the steps of ``steps`` (every step of the checkpoint) in another trajectory,
+    with the same ``operator`` and an ``obs_next`` that is not the target's own; ``n_donors`` of them are
+    drawn without replacement.
+
+    Returns
+    -------
+    donors : dict
+        ``(traj_uid, step_idx) -> [obs_next of each donor]`` for targets with enough candidates.
+    short : dict
+        ``(traj_uid, step_idx) -> number of candidates`` for the others.
+    """
+    has_obs = steps[steps["obs_next"].notna()]
+    by_operator = {op: rows for op, rows in has_obs.groupby("operator", sort=False)}
+    donors, short = {}, {}
+    for row in targets.itertuples(index=False):
+        key = (str(row.traj_uid), int(row.step_idx))
+        rows = by_operator.get(row.operator)
+        if rows is None:
+            short[key] = 0
+            continue
+        own = row.obs_next
+        ok = (rows["traj_uid"] != row.traj_uid).to_numpy() & (rows["obs_next"] != own).to_numpy()
+        candidates = rows["obs_next"].to_numpy(object)[ok]
+        if len(candidates) < n_donors:
+            short[key] = int(len(candidates))
+            continue
+        pick = rng.choice(len(candidates), size=n_donors, replace=False)
+        donors[key] = [str(candidates[i]) for i in pick]
+    return donors, short
+
+
+@dataclass
+class SwapScores:
+    """Realized and swapped step scores of the steps that could be scored.
+
+    Attributes
+    ----------
+    keys : list of (traj_uid, step_idx)
+    realized, swapped : numpy.ndarray
+        S_real and S_swap of each step, shape (n,).
+    residuals : dict
+        ``key -> realized token residuals e`` (view minus twin), shape (T,) each.
+    skipped : list of str
+        Steps that could not be rendered, with the reason.
+    shows_observation : bool
+        Whether replacing o_{k+1} changed the view's prompt of any step (False: the view does not show it).
+    """
+
+    keys: list[tuple[str, int]]
+    realized: np.ndarray
+    swapped: np.ndarray
+    residuals: dict
+    skipped: list[str]
+    shows_observation: bool = True
+
+
+def swap_scores(rescorer: Rescorer, records: Mapping[tuple[str, int], StepRecord],
+                donors: Mapping[tuple[str, int], Sequence[str]], *, view: ReplayView | str = "full",
+                twin: ReplayView | str = "ablated", progress: bool = True) -> SwapScores:
+    """S_real and S_swap (mean |view - twin| over tokens; swapped: averaged over the donors) of each record.
+
+    The view and its twin are rendered together as the trainer renders them (one history, shortened to the
+    prompt limit); each swapped view is the view on the rendered step with o_{k+1} replaced
+    (:func:`diagnostics.rescore.swapped_record`). All contexts of a step are scored in one item, so they share
+    their common prefix.
+    """
+    view, twin = get_view(view), get_view(twin)
+    keys = [k for k in records if k in donors]
+    rendered, skipped = rescorer.render([records[k] for k in keys], [view, twin])
+    by_key = {r.step.key: r for r in rendered}
+    keys = [k for k in keys if f"{k[0]}:{k[1]}" in by_key]
+    steps = [by_key[f"{k[0]}:{k[1]}"] for k in keys]
+    n_donors = len(next(iter(donors.values()))) if donors else 0
+    swapped = [swapped_record(r.step, d) for r, k in zip(steps, keys) for d in donors[k]]
+    swapped_ids = rescorer.contexts(swapped, view) if swapped else []
+    contexts, shows = [], False
+    for i, r in enumerate(steps):
+        ctx = {"view": r.contexts[view.name], "twin": r.contexts[twin.name]}
+        ctx.update({f"swap{j}": swapped_ids[i * n_donors + j] for j in range(n_donors)})
+        shows = shows or any(ctx[f"swap{j}"] != ctx["view"] for j in range(n_donors))
+        contexts.append(ctx)
+    scored = rescorer.score(contexts, [r.response_ids for r in steps], keys=[r.step.key for r in steps],
+                            progress=progress, desc=f"swap scoring ({view.name})")
+    realized, swap, residuals = [], [], {}
+    for key, logp in zip(keys, scored):
+        e = logp["view"].astype(np.float64) - logp["twin"].astype(np.float64)
+        residuals[key] = e
+        realized.append(float(np.abs(e).mean()))
+        swap.append(float(np.mean([np.abs(logp[f"swap{j}"].astype(np.float64) - logp["twin"]).mean()
+                                   for j in range(n_donors)])))
+    return SwapScores(keys, np.asarray(realized), np.asarray(swap), residuals, skipped, shows)
+
+
+def _auroc_pair(y: np.ndarray, realized: np.ndarray, swapped: np.ndarray, clusters: np.ndarray, *, n_boot: int,
+                ci: float, seed: int) -> dict:
+    nan = {"auroc": float("nan"), "ci_low": float("nan"), "ci_high": float("nan")}
+    if y.size == 0 or y.all() or not y.any():
+        return {"realized": dict(nan), "swapped": dict(nan)}
+    import warnings
+
+    from diagnostics.stats import DegenerateInputWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateInputWarning)
+        res = bootstrap_auroc(y, np.column_stack([realized, swapped]), clusters, n_boot=n_boot, ci=ci, seed=seed)
+    return {name: {"auroc": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high}
+            for name, r in zip(("realized", "swapped"), res)}
+
+
+def _counts(frame: pd.DataFrame) -> dict:
+    return {"n_steps": int(len(frame)), **{f"n_{c}": int((frame["category"] == c).sum()) for c in CATEGORIES}}
+
+
+def checkpoint_swap(ckpt: Checkpoint, rescorer: Rescorer, *, donors: int, per_category: int, seed: int,
+                    progress: bool = True) -> tuple[pd.DataFrame, list[dict], list[str], float]:
+    """One checkpoint: targets, donors and the Full view's realized and swapped scores.
+
+    Returns
+    -------
+    steps : pandas.DataFrame
+        Scored evaluation steps: ``global_step, checkpoint, traj_uid, step_idx, category, operator,
+        S_realized, S_swapped``.
+    short : list of dict
+        Targets without enough donors: ``global_step, traj_uid, step_idx, category, available``.
+    skipped : list of str
+        Targets that could not be rendered.
+    gap : float
+        :func:`diagnostics.rescore.stored_residual_gap` of the re-scored realized residuals.
+    """
+    rng = np.random.default_rng([seed, ckpt.global_step])
+    targets = select_targets(ckpt.steps, per_category, rng)
+    donor_obs, short = assign_donors(ckpt.steps, targets, donors, rng)
+    keys = [(str(u), int(k)) for u, k in zip(targets["traj_uid"], targets["step_idx"])]
+    records = stored_records(ckpt.steps, ckpt.tokens, ckpt.meta["env"], keys=keys,
+                             where=str(ckpt.folder / "replay" / "steps.parquet"))
+    scores = swap_scores(rescorer, records, donor_obs, progress=progress)
+    info = targets.set_index(["traj_uid", "step_idx"])
+    rows = [{"global_step": ckpt.global_step, "checkpoint": ckpt.name, "traj_uid": u, "step_idx": k,
+             "category": info.loc[(u, k), "category"], "operator": info.loc[(u, k), "operator"],
+             "S_realized": r, "S_swapped": s} for (u, k), r, s in zip(scores.keys, scores.realized, scores.swapped)]
+    short_rows = [{"global_step": ckpt.global_step, "traj_uid": u, "step_idx": k,
+                   "category": str(info.loc[(u, k), "category"]), "available": n} for (u, k), n in short.items()]
+    columns = ["global_step", "checkpoint", "traj_uid", "step_idx", "category", "operator", "S_realized", "S_swapped"]
+    return (pd.DataFrame(rows, columns=columns), short_rows, scores.skipped,
+            stored_residual_gap(ckpt.tokens, scores.residuals))
+
+
+def swap_auroc(steps: pd.DataFrame, *, higher: str = "progress", n_boot: int = 1000, ci: float = 0.95,
+               seed: int = 0) -> dict:
+    """AUROC (progress positive, invalid negative, no-progress excluded) of S_realized and S_swapped with
+    trajectory-cluster bootstrap intervals; ``higher="invalid"`` scores with the negated values."""
+    binary, y, clusters = _binary(steps)
+    sign = 1.0 if higher == "progress" else -1.0
+    return _auroc_pair(y, sign * binary["S_realized"].to_numpy(float), sign * binary["S_swapped"].to_numpy(float),
+                       clusters, n_boot=n_boot, ci=ci, seed=seed)
+
+
+def swap_drop(steps: pd.DataFrame, *, higher: str = "progress", n_boot: int = 1000, ci: float = 0.95,
+              seed: int = 0) -> dict:
+    """AUROC(S_realized) - AUROC(S_swapped) on the same steps, with a paired trajectory-cluster bootstrap
+    interval: ``{"delta", "ci_low", "ci_high"}`` (nan without both classes)."""
+    import warnings
+
+    from diagnostics.bootstrap import paired_delta_auroc
+    from diagnostics.stats import DegenerateInputWarning
+
+    binary, y, clusters = _binary(steps)
+    sign = 1.0 if higher == "progress" else -1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateInputWarning)
+        res = paired_delta_auroc(y, sign * binary["S_realized"].to_numpy(float), sign * binary["S_swapped"].to_numpy(float),
+                                 clusters, n_boot=n_boot, ci=ci, seed=seed)
+    return {"delta": res.estimate, "ci_low": res.ci_low, "ci_high": res.ci_high}
+
+
+def _binary(steps: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """Progress and invalid steps, their labels (progress = 1) and trajectory clusters."""
+    binary = steps[steps["category"].isin(["progress", "invalid"])]
+    clusters = pd.factorize(binary["checkpoint"].astype(str) + "|" + binary["traj_uid"].astype(str))[0]
+    return binary, (binary["category"] == "progress").to_numpy(), clusters
+
+
+def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, donors: int = 5,
+                  per_category: int = 40, model: str | None = None, device: str | None = None,
+                  dtype: str | None = None, higher: str = "progress", n_boot: int = 1000, ci: float = 0.95,
+                  seed: int = 0, progress: bool = True) -> tuple[dict, pd.DataFrame]:
+    """The observation-swap analysis of a run (see the module docstring).
+
+    Returns
+    -------
+    result : dict
+        ``{"realized": {auroc, ci_low, ci_high}, "swapped": {...}, "drop": {delta, ci_low, ci_high} (realized
+        minus swapped, paired), "n_steps", "n_progress", "n_no_progress",
+        "n_invalid", "n_trajectories", "per_checkpoint": [...], "insufficient_donors": [...],
+        "unrendered": [...], ...}`` (the settings too).
+    steps : pandas.DataFrame
+        Every scored evaluation step (:func:`checkpoint_swap`).
+    """
+    if donors < 1 or per_category < 1:
+        raise DiagnosticsError(f"--donors and --per-category must be >= 1, got {donors} and {per_category}")
+    if higher not in ("progress", "invalid"):
+        raise DiagnosticsError(f"--higher must be 'progress' or 'invalid', got {higher!r}")
+    ckpts = run_checkpoints(run, ckpt_steps, model=model)
+    settings = run_settings(run)
+    device, dtype = _device(device, settings), dtype or str(settings.get("dtype") or "float32")
+    frames, short, unrendered, per_ckpt = [], [], [], []
+    rescorer, loaded = None, None
+    for ckpt in ckpts:
+        if ckpt.weights != loaded:
+            rescorer = Rescorer(ckpt.weights, env=ckpt.meta["env"], max_prompt_length=settings.get("max_prompt_length"),
+                                device=device, dtype=dtype, token_budget=settings.get("scoring_token_budget"))
+            loaded = ckpt.weights
+        frame, ck_short, ck_skipped, gap = checkpoint_swap(ckpt, rescorer, donors=donors, per_category=per_category,
+                                                           seed=seed, progress=progress)
+        frames.append(frame)
+        short += ck_short
+        unrendered += [f"{ckpt.name}: {reason}" for reason in ck_skipped]
+        per_ckpt.append({"global_step": ckpt.global_step, "checkpoint": ckpt.name, "weights": ckpt.weights,
+                         **_counts(frame), "n_insufficient_donors": len(ck_short),
+                         **swap_auroc(frame, higher=higher, n_boot=n_boot, ci=ci, seed=seed),
+                         "rescored_max_abs_diff": gap})
+    steps = pd.concat(frames, ignore_index=True)
+    result = {**swap_auroc(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed),
+              "drop": swap_drop(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed), **_counts(steps),
+              "n_trajectories": int(steps.groupby(["checkpoint", "traj_uid"]).ngroups),
+              "n_insufficient_donors": len(short), "n_boot": n_boot, "ci": ci, "donors": donors,
+              "per_category": per_category, "seed": seed, "run": _run_name(run), "model": loaded,
+              "device": device, "dtype": dtype, "checkpoints": [c.global_step for c in ckpts],
+              "orientation": f"higher mean |e| predicts {higher}", "per_checkpoint": per_ckpt,
+              "insufficient_donors": short, "unrendered": unrendered}
+    return result, steps
+
+
+def _device(device: str | None, settings: Mapping) -> str:
+    import torch
+
+    if device is not None:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise DiagnosticsError(f"--device {device}: CUDA is not available on this machine")
+        return device
+    wanted = str(settings.get("device") or "cpu")
+    return wanted if not wanted.startswith("cuda") or torch.cuda.is_available() else "cpu"
+
+
+def _run_name(run: str | Path) -> str:
+    from ocsd.records import read_run_info
+
+    try:
+        return str(read_run_info(Path(run)).get("run") or Path(run).name)
+    except Exception:  # noqa: BLE001 - any unreadable run.json: the folder name is the label
+        return Path(run).name
+
+
+def table(result: dict) -> str:
+    """Plain-text rendering of :func:`swap_analysis`'s result."""
+    rows = [[scope, r["n_progress"], r["n_invalid"], *(r[k][f] for k in ("realized", "swapped")
+                                                        for f in ("auroc", "ci_low", "ci_high"))]
+            for scope, r in [("pooled", result)] + [(p["checkpoint"], p) for p in result["per_checkpoint"]]]
+    ci = f"{result['ci']:.0%}"
+    title = (f"Observation swap: AUROC of mean |e| for progress vs invalid steps ({result['orientation']}); "
+             f"{result['donors']} donors per step, {result['n_insufficient_donors']} step(s) without enough donors")
+    return format_table(["checkpoint", "progress", "invalid", "realized", f"{ci} low", f"{ci} high", "swapped",
+                         f"{ci} low", f"{ci} high"], rows, title=title)
+
+
+def write_outputs(result: dict, steps: pd.DataFrame, out: str | Path) -> dict[str, str]:
+    """Write ``swap.json`` and ``swap_steps.csv`` to ``out``; returns their paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"json": str(out / "swap.json"), "steps": str(out / "swap_steps.csv")}
+    Path(files["json"]).write_text(json.dumps(jsonable(result), indent=2, allow_nan=False) + "\n")
+    steps.to_csv(files["steps"], index=False)
+    return files
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m diagnostics.swap", description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", required=True, metavar="DIR", help="run folder with actor checkpoints")
+    p.add_argument("--ckpt-steps", default=None, metavar="N,N,...",
+                   help="global steps of the checkpoints (default: the paper's 10,50,100,150 that exist, else all)")
+    p.add_argument("--donors", type=positive_int("--donors"), default=5, help="donor observations per step (5)")
+    p.add_argument("--per-category", type=positive_int("--per-category"), default=40,
+                   help="evaluation steps per category and checkpoint at most (40)")
+    p.add_argument("--higher", choices=("progress", "invalid"), default="progress",
+                   help="which class a larger mean |e| predicts in the AUROC (default progress)")
+    p.add_argument("--model", default=None, help="re-score with these weights instead of each checkpoint's actor/")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: the run's device when available)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16, ... (default: the run's dtype)")
+    p.add_argument("--out", type=output_folder, default=None, help="output folder (default RUN/swap)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_bootstrap_options(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
+    return p
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    if args.n_boot < 1 or not 0 < args.ci < 1:
+        raise DiagnosticsError(f"--n-boot must be >= 1 and --ci in (0, 1); got {args.n_boot} and {args.ci}")
+    result, steps = swap_analysis(args.run, ckpt_steps=parse_steps(args.ckpt_steps), donors=args.donors,
+                                  per_category=args.per_category, model=args.model, device=args.device,
+                                  dtype=args.dtype, higher=args.higher, n_boot=args.n_boot, ci=args.ci,
+                                  seed=args.seed, progress=not args.no_progress and not args.json)
+    files = write_outputs(result, steps, args.out or Path(args.run) / "swap")
+    if result["insufficient_donors"]:
+        print(f"warning: {len(result['insufficient_donors'])} evaluation step(s) had fewer than {args.donors} donor "
+              f"observations and are not scored; they are listed in {files['json']} (insufficient_donors)",
+              file=sys.stderr)
+    if result["unrendered"]:
+        print(f"warning: {len(result['unrendered'])} evaluation step(s) could not be rendered: "
+              f"{result['unrendered'][0]}", file=sys.stderr)
+    emit(args.json, result, table(result) + f"\n\nwrote {files['json']} and {files['steps']}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m diagnostics.swap``."""
+    from ocsd.replay.models import ModelNotFoundError
+
+    return run_main(_main, argv, errors=(ModelNotFoundError,))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
