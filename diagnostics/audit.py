@@ -26,10 +26,12 @@ The report answers, point by point, whether the design is more observation-speci
 6. word tails: Jaccard overlap of the residual+ and support+ top words (lower: the residual picks other
    words than its support).
 
+The verdicts are :mod:`diagnostics.verdicts`: yes or no only where the intervals separate the two.
+
 Command::
 
     python -m diagnostics.audit --run DIR --view module:Class [--twin NAME] [--baseline full]
-        [--ckpt-steps N,N|all] [--donors 5] [--per-category 40] [--model PATH] [--device cpu] [--out DIR]
+        [--ckpt-steps N,N] [--donors 5] [--per-category 40] [--donor-text any|differ] [--model PATH] [--device cpu] [--out DIR]
         [--n-boot 1000] [--seed 0] [--json]
 
 Writes ``audit.md`` (with figures), ``audit.json`` and the design's word clouds to ``--out`` (default
@@ -44,7 +46,7 @@ import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -52,22 +54,18 @@ import pandas as pd
 from diagnostics import tails
 from diagnostics.bootstrap import paired_delta_auroc
 from diagnostics.load import DiagnosticsError, from_replay
-from diagnostics.options import add_bootstrap_options
-from diagnostics.rescore import Checkpoint, Rescorer, parse_steps, run_checkpoints, run_settings
+from diagnostics.rescore import (Checkpoint, Rescorer, check_bootstrap, parse_steps, rescoring_main, rescoring_parser,
+                                 run_checkpoints, run_label, run_settings, scoring_device)
 from diagnostics.stats import DegenerateInputWarning
-from diagnostics.swap import (_device, _run_name, assign_donors, select_targets, swap_auroc, swap_drop,
-                              swap_scores)
-from ocsd.cli import emit, fmt, format_table, jsonable, output_folder, positive_int, run_main
+from diagnostics.verdicts import audit_points
+from diagnostics.swap import assign_donors, select_targets, swap_auroc, swap_drop, swap_scores
+from ocsd.cli import emit, fmt, format_table, jsonable, output_folder, positive_int
 from ocsd.records import CHECKPOINT_COLUMN
 from ocsd.replay.render import RenderedStep
 from ocsd.replay.stored import stored_records
 from ocsd.replay.views import ReplayView, get_view, load_view
 
 __all__ = ["Design", "audit", "main", "structural_match"]
-
-ENV_ROLES = ("Action", "Entity/State")
-"""Roles whose words name what the environment answers about (paper Fig. 2b)."""
-
 
 @dataclass(frozen=True)
 class Design:
@@ -182,103 +180,9 @@ def _diag_data(steps: pd.DataFrame, tokens: pd.DataFrame, env: str, pair: str, t
     return from_replay(steps, tok, [{"env": env}], total_steps=total_steps)
 
 
-def _point(name: str, baseline, design, verdict: str, detail: str) -> dict:
-    return {"point": name, "baseline": baseline, "design": design, "verdict": verdict, "detail": detail}
-
-
-VERDICTS = {"design": "more observation-specific: yes", "baseline": "more observation-specific: no",
-            "overlap": "no clear difference", "undetermined": "undetermined (a class or a value is missing)"}
-
-
-def _by_interval(design: Mapping, base: Mapping) -> str:
-    """``design`` when the design's interval lies above the baseline's, ``baseline`` when below, else
-    ``overlap`` (``undetermined`` with a missing value). Entries are ``{ci_low, ci_high}``."""
-    values = [design["ci_low"], design["ci_high"], base["ci_low"], base["ci_high"]]
-    if not all(np.isfinite(v) for v in values):
-        return "undetermined"
-    if design["ci_low"] > base["ci_high"]:
-        return "design"
-    if design["ci_high"] < base["ci_low"]:
-        return "baseline"
-    return "overlap"
-
-
-def _excludes_zero(entry: Mapping) -> str:
-    """``design`` / ``baseline`` when a paired design-minus-baseline interval lies above / below 0."""
-    if not (np.isfinite(entry["ci_low"]) and np.isfinite(entry["ci_high"])):
-        return "undetermined"
-    return "design" if entry["ci_low"] > 0 else "baseline" if entry["ci_high"] < 0 else "overlap"
-
-
-def audit_points(result: dict) -> list[dict]:
-    """The point-by-point comparison of design and baseline (see the module docstring).
-
-    A verdict says yes or no only where the intervals separate the two (a paired design-minus-baseline
-    interval that excludes 0, or two intervals that do not overlap); the word-tail overlap, which has no
-    interval, is compared by its values and says so.
-    """
-    base, des = result["baseline"], result["design"]
-    pct = f"{result['ci']:.0%}"
-    points = []
-    st = result["structure"]
-    if st["matched"] is None:
-        points.append(_point("structural match", None, None, "undetermined",
-                             "the view returns ids only: observation spans cannot be located"))
-    else:
-        ok = st["matched"] == st["checked"]
-        points.append(_point("structural match", None, f"{st['matched']}/{st['checked']} steps",
-                             "matched" if ok else "not matched",
-                             "ids differ only inside observation segments" if ok else st["first_mismatch"]))
-    gain = result["residual_gain"]
-    points.append(_point("feedback AUROC of the residual", base["auroc"]["signals"]["residual"]["auroc"],
-                         des["auroc"]["signals"]["residual"]["auroc"], VERDICTS[_excludes_zero(gain)],
-                         f"design - baseline = {fmt(gain['delta'])} [{fmt(gain['ci_low'])}, {fmt(gain['ci_high'])}], "
-                         f"paired {pct} cluster-bootstrap interval"))
-    b_raw, d_raw = base["robustness"]["raw"], des["robustness"]["raw"]
-    points.append(_point("residual gain over its support (raw Delta AUROC)", b_raw["delta"], d_raw["delta"],
-                         VERDICTS[_by_interval(d_raw, b_raw)],
-                         f"AUROC(residual) - AUROC(support); {pct} intervals baseline [{fmt(b_raw['ci_low'])}, "
-                         f"{fmt(b_raw['ci_high'])}], design [{fmt(d_raw['ci_low'])}, {fmt(d_raw['ci_high'])}]"))
-    cats_b, cats_d = base["dratio"]["categories"], des["dratio"]["categories"]
-    outcomes = {role: _by_interval(cats_d[role], cats_b[role]) for role in ENV_ROLES}
-    wins = [r for r, o in outcomes.items() if o == "design"]
-    losses = [r for r, o in outcomes.items() if o == "baseline"]
-    verdict = ("undetermined" if all(o == "undetermined" for o in outcomes.values()) else
-               "design" if wins and not losses else "baseline" if losses and not wins else "overlap")
-    points.append(_point(f"D of {' and '.join(ENV_ROLES)} words", _env_d(base["dratio"]), _env_d(des["dratio"]),
-                         VERDICTS[verdict],
-                         "mean over the two roles; " + ", ".join(f"{r}: {outcomes[r]}" for r in ENV_ROLES) +
-                         f" ({pct} intervals per role)"))
-    sw = result.get("swap")
-    if sw is None or not sw["design"].get("shows_observation", False):
-        points.append(_point("observation-swap sensitivity", None, None, "not applicable",
-                             "the view does not show o_{k+1}" if sw is not None else "no swap analysis (--no-swap)"))
-    else:
-        drops = [sw[side]["drop"] for side in ("baseline", "design")]
-        points.append(_point("observation-swap sensitivity (AUROC drop when o_{k+1} is swapped)", drops[0]["delta"],
-                             drops[1]["delta"], VERDICTS[_by_interval(drops[1], drops[0])],
-                             f"realized - swapped AUROC of mean |residual| (paired {pct} intervals: baseline "
-                             f"[{fmt(drops[0]['ci_low'])}, {fmt(drops[0]['ci_high'])}], design "
-                             f"[{fmt(drops[1]['ci_low'])}, {fmt(drops[1]['ci_high'])}]); a larger drop depends more "
-                             f"on the action-observation correspondence"))
-    overlap = [r["tails"]["overlap"].get("full+|residual+", np.nan) for r in (base, des)]
-    tails_verdict = ("undetermined" if not all(np.isfinite(overlap)) else
-                     "design" if overlap[1] < overlap[0] else "baseline" if overlap[1] > overlap[0] else "overlap")
-    points.append(_point("word tails: Jaccard(residual+, support+)", overlap[0], overlap[1],
-                         VERDICTS[tails_verdict] + " (by value, no interval)",
-                         "lower: the residual's top words differ more from its support's"))
-    return points
-
-
-def _env_d(dratio: dict) -> float:
-    cats = dratio["categories"]
-    values = [cats[r]["mean"] for r in ENV_ROLES if r in cats and np.isfinite(cats[r]["mean"])]
-    return float(np.mean(values)) if values else float("nan")
-
-
 def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | None = None,
           baseline: str = "full", ckpt_steps: Sequence[int] | None = None, donors: int = 5, per_category: int = 40,
-          swap: bool = True, model: str | None = None, device: str | None = None, dtype: str | None = None,
+          swap: bool = True, same_text: bool = True, model: str | None = None, device: str | None = None, dtype: str | None = None,
           n_boot: int = 1000, ci: float = 0.95, seed: int = 0, top: int = 30, progress: bool = True) -> tuple[dict, dict]:
     """Audit ``view`` against ``baseline`` on the selected steps of ``run`` (module docstring).
 
@@ -301,7 +205,7 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
     base, design = Design.of(baseline), Design.of(view, twin)
     ckpts = run_checkpoints(run, ckpt_steps, default="all")
     settings = run_settings(run)
-    device, dtype = _device(device, settings), dtype or str(settings.get("dtype") or "float32")
+    device, dtype = scoring_device(device, settings), dtype or str(settings.get("dtype") or "float32")
     env = str(ckpts[0].meta["env"])
     step_frames, token_frames, unrendered = [], [], []
     structure = {"checked": 0, "matched": 0, "method": "segments", "first_mismatch": None, "shows_observations": False}
@@ -322,7 +226,7 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
         if swap:
             rng = np.random.default_rng([seed, ckpt.global_step])  # the targets and donors of diagnostics.swap
             targets = select_targets(ckpt.steps, per_category, rng)
-            donor_obs, ck_short = assign_donors(ckpt.steps, targets, donors, rng)
+            donor_obs, ck_short = assign_donors(ckpt.steps, targets, donors, rng, same_text=same_text)
             short += len(ck_short)
             keys = [(str(u), int(k)) for u, k in zip(targets["traj_uid"], targets["step_idx"])]
             records = stored_records(ckpt.steps, ckpt.tokens, env, keys=keys)
@@ -347,14 +251,15 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
                                                   progress=False)
             battery[side].pop("seconds")
         gains = _paired_gains(data["baseline"], data["design"], n_boot=n_boot, ci=ci, seed=seed)
-    result = {"run": _run_name(run), "view": design.view.name, "twin": design.twin.name,
+    result = {"run": run_label(run), "view": design.view.name, "twin": design.twin.name,
               "baseline_view": base.view.name, "baseline_twin": base.twin.name, "checkpoints": [c.global_step for c in ckpts],
               "weights": sorted({c.weights for c in ckpts}), "device": device, "dtype": dtype,
               "n_steps": int(len(data["baseline"].steps)), "n_boot": n_boot, "ci": ci, "seed": seed,
               "structure": structure, "baseline": battery["baseline"], "design": battery["design"], **gains,
               "unrendered": unrendered}
     if swap:
-        result["swap"] = {"donors": donors, "per_category": per_category, "n_insufficient_donors": short}
+        result["swap"] = {"donors": donors, "per_category": per_category, "n_insufficient_donors": short,
+                          "donor_text": "any" if same_text else "differ"}
         for side in ("baseline", "design"):
             frame = pd.concat(swap_frames[side], ignore_index=True)
             result["swap"][side] = {**swap_auroc(frame, n_boot=n_boot, ci=ci, seed=seed),
@@ -427,7 +332,7 @@ def _markdown(result: dict, files: dict) -> str:
              f"{fmt(result['support_gain']['delta'])} [{fmt(result['support_gain']['ci_low'])}, "
              f"{fmt(result['support_gain']['ci_high'])}].", "",
              "## Delta AUROC (residual - support)", "",
-             f"| setting | baseline | design |", "|---|---|---|",
+             "| setting | baseline | design |", "|---|---|---|",
              *[f"| {k} | {fmt(v['delta'])} [{fmt(v['ci_low'])}, {fmt(v['ci_high'])}] | {fmt(d['robustness'][k]['delta'])} "
                f"[{fmt(d['robustness'][k]['ci_low'])}, {fmt(d['robustness'][k]['ci_high'])}] |"
                for k, v in b["robustness"].items()], "",
@@ -440,7 +345,7 @@ def _markdown(result: dict, files: dict) -> str:
         lines += ["## Observation swap", "",
                   f"{sw['donors']} donors per step, at most {sw['per_category']} steps per category and checkpoint; "
                   f"{sw['n_insufficient_donors']} step(s) without enough donors are not scored.", "",
-                  f"| | realized | swapped | steps | shows o_(k+1) |", "|---|---|---|---|---|",
+                  "| | realized | swapped | steps | shows o_(k+1) |", "|---|---|---|---|---|",
                   *[f"| {side} | {fmt(sw[side]['realized']['auroc'])} | {fmt(sw[side]['swapped']['auroc'])} | "
                     f"{sw[side]['n_steps']} | {'yes' if sw[side]['shows_observation'] else 'no'} |"
                     for side in ("baseline", "design")], ""]
@@ -478,32 +383,21 @@ def table(result: dict) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m diagnostics.audit", description=__doc__.split("\n\n")[0])
-    p.add_argument("--run", required=True, metavar="DIR", help="run folder with actor checkpoints")
+    p = rescoring_parser("diagnostics.audit", __doc__.split("\n\n")[0],
+                         ckpt_help="checkpoints (default: all of the run)")
     p.add_argument("--view", required=True, help="the view under audit: a built-in name or module:Class")
     p.add_argument("--twin", default=None, help="its Observation-Ablated twin (default: the view's ablated_twin, "
                                                 "else ablated)")
     p.add_argument("--baseline", default="full", help="the view to compare with (default full, twin ablated)")
-    p.add_argument("--ckpt-steps", default=None, metavar="N,N,...", help="checkpoints (default: all of the run)")
-    p.add_argument("--donors", type=positive_int("--donors"), default=5, help="donors per swapped step (5)")
-    p.add_argument("--per-category", type=positive_int("--per-category"), default=40,
-                   help="swap evaluation steps per category and checkpoint (40)")
     p.add_argument("--no-swap", action="store_true", help="skip the observation-swap comparison")
-    p.add_argument("--model", default=None, help="re-score with these weights instead of each checkpoint's actor/")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: the run's device when available)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16, ... (default: the run's dtype)")
     p.add_argument("--top", type=positive_int("--top"), default=30, help="top words per tail (30)")
     p.add_argument("--out", type=output_folder, default=None, help="output folder (default RUN/audit_<view>)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    add_bootstrap_options(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
     return p
 
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
-    if args.n_boot < 1 or not 0 < args.ci < 1:
-        raise DiagnosticsError(f"--n-boot must be >= 1 and --ci in (0, 1); got {args.n_boot} and {args.ci}")
+    check_bootstrap(args)
     try:
         view = load_view(args.view)
     except ValueError as exc:
@@ -511,7 +405,8 @@ def _main(argv: Sequence[str] | None) -> int:
     out = args.out or Path(args.run) / f"audit_{view.name}"
     result = build_audit(args.run, view, out, twin=args.twin, baseline=args.baseline,
                          ckpt_steps=parse_steps(args.ckpt_steps), donors=args.donors, per_category=args.per_category,
-                         swap=not args.no_swap, model=args.model, device=args.device, dtype=args.dtype,
+                         swap=not args.no_swap, same_text=args.donor_text == "any", model=args.model,
+                         device=args.device, dtype=args.dtype,
                          n_boot=args.n_boot, ci=args.ci, seed=args.seed, top=args.top,
                          progress=not args.no_progress and not args.json)
     emit(args.json, result, table(result) + f"\n\nwrote {result['files']['report']}")
@@ -520,9 +415,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m diagnostics.audit``."""
-    from ocsd.replay.models import ModelNotFoundError
-
-    return run_main(_main, argv, errors=(ModelNotFoundError,))
+    return rescoring_main(_main, argv)
 
 
 if __name__ == "__main__":

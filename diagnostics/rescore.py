@@ -16,6 +16,7 @@ rendering.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import warnings
 from dataclasses import dataclass, replace
@@ -30,8 +31,8 @@ from ocsd.records import RecordError, checkpoint_dirs, read_checkpoint, read_run
 from ocsd.replay.render import RenderedStep, render_steps
 from ocsd.replay.views import ReplayView, StepRecord
 
-__all__ = ["Checkpoint", "Rescorer", "checkpoint_weights", "parse_steps", "run_checkpoints", "stored_residual_gap",
-           "swapped_record"]
+__all__ = ["Checkpoint", "Rescorer", "checkpoint_weights", "parse_steps", "check_bootstrap", "rescoring_main", "rescoring_parser",
+           "run_checkpoints", "run_label", "scoring_device", "stored_residual_gap", "swapped_record"]
 
 PAPER_CHECKPOINTS = (10, 50, 100, 150)
 """Checkpoints of the paper's observation-swapping analysis (appendix "Observation-Swapping Sensitivity
@@ -248,3 +249,70 @@ def stored_residual_gap(tokens: pd.DataFrame, rescored: Mapping[tuple[str, int],
     stored = e.groupby(["traj_uid", "step_idx"])["_e"].mean()
     gaps = [abs(float(stored.loc[key]) - float(np.mean(values))) for key, values in rescored.items()]
     return float(max(gaps))
+
+
+def scoring_device(device: str | None, settings: Mapping) -> str:
+    """``device`` (checked), else the run's device when it is available, else ``cpu``.
+
+    Raises
+    ------
+    DiagnosticsError
+        When ``device`` names CUDA on a machine without it.
+    """
+    import torch
+
+    if device is not None:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise DiagnosticsError(f"--device {device}: CUDA is not available on this machine")
+        return device
+    wanted = str(settings.get("device") or "cpu")
+    return wanted if not wanted.startswith("cuda") or torch.cuda.is_available() else "cpu"
+
+
+def run_label(run: str | Path) -> str:
+    """The run's name from ``run.json``, else its folder name."""
+    try:
+        return str(read_run_info(Path(run)).get("run") or Path(run).name)
+    except RecordError:
+        return Path(run).name
+
+
+def rescoring_parser(prog: str, description: str, *, ckpt_help: str) -> argparse.ArgumentParser:
+    """The options of the re-scoring commands: ``--run``, ``--ckpt-steps``, the swap's ``--donors``,
+    ``--per-category`` and ``--donor-text``, the weights' ``--model``, ``--device`` and ``--dtype``,
+    ``--no-progress``, the bootstrap options and ``--json``."""
+    from diagnostics.options import add_bootstrap_options
+    from ocsd.cli import positive_int
+
+    p = argparse.ArgumentParser(prog=f"python -m {prog}", description=description)
+    p.add_argument("--run", required=True, metavar="DIR", help="run folder with actor checkpoints")
+    p.add_argument("--ckpt-steps", default=None, metavar="N,N,...", help=ckpt_help)
+    swap = p.add_argument_group("observation swap")
+    swap.add_argument("--donors", type=positive_int("--donors"), default=5, help="donor observations per step (5)")
+    swap.add_argument("--per-category", type=positive_int("--per-category"), default=40,
+                      help="evaluation steps per category and checkpoint at most (40)")
+    swap.add_argument("--donor-text", choices=("any", "differ"), default="any",
+                      help="any (default, the appendix's sampling): donors as drawn, possibly reading like the "
+                           "step's own o_{k+1}; differ: only donors whose text differs from it")
+    weights = p.add_argument_group("weights")
+    weights.add_argument("--model", default=None, help="re-score with these weights instead of each checkpoint's actor/")
+    weights.add_argument("--device", default=None, help="cpu or cuda (default: the run's device when available)")
+    weights.add_argument("--dtype", default=None, help="float32, bfloat16, ... (default: the run's dtype)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    add_bootstrap_options(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
+    return p
+
+
+def rescoring_main(body, argv) -> int:
+    """Run a re-scoring command's body (:func:`ocsd.cli.run_main`); weights that cannot be found exit 2 as well."""
+    from ocsd.cli import run_main
+    from ocsd.replay.models import ModelNotFoundError
+
+    return run_main(body, argv, errors=(ModelNotFoundError,))
+
+
+def check_bootstrap(args: argparse.Namespace) -> None:
+    """Refuse ``--n-boot`` < 1 and ``--ci`` outside (0, 1)."""
+    if args.n_boot < 1 or not 0 < args.ci < 1:
+        raise DiagnosticsError(f"--n-boot must be >= 1 and --ci in (0, 1); got {args.n_boot} and {args.ci}")

@@ -114,6 +114,12 @@ class PhaseTimes:
         total = self.total
         return {k: 100 * v / total if total > 0 else math.nan for k, v in self.seconds.items()}
 
+    def overhead_percent(self, key: str) -> float:
+        """Phase ``key`` as percent of all the other phases: the extra cost of a phase that a method adds to a
+        shared pipeline (the paper's 1.40% for OCSD's replay scoring; nan when the other phases take 0 s)."""
+        rest = self.total - self.seconds[key]
+        return 100 * self.seconds[key] / rest if rest > 0 else math.nan
+
 
 def phase_times(rows: Sequence[Mapping], phases: Sequence[str], *, skip_steps: int = 0) -> PhaseTimes | None:
     """Average the timing phases over a run's training steps.

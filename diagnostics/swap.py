@@ -9,8 +9,10 @@ that followed it, or only on there being observation text? For each chosen check
    trajectory is reused).
 2. **Donors**: for each evaluation step, ``donors`` post-action observations (``obs_next``) drawn without
    replacement from the steps of *other* trajectories of the same checkpoint whose action has the same
-   ``operator``; a donor whose text equals the step's own o_{k+1} is not a swap and is never drawn. A
-   step with fewer candidates is reported (``insufficient_donors``), never silently dropped.
+   ``operator``, as the appendix samples them (``--donor-text any``). A donor may then read exactly like
+   the step's own o_{k+1} (an invalid step often gets "Nothing happens." back); ``--donor-text differ``
+   draws only donors whose text differs, so that every donor is a real swap. A step with fewer candidates
+   is reported (``insufficient_donors``), never silently dropped.
 3. **Scores** with the checkpoint's own actor weights (:mod:`diagnostics.rescore`): realized
    e = log pi_F - log pi_A; swapped e_j = log pi_{F, o_{k+1} <- donor j} - log pi_A, where only o_{k+1} is
    replaced (g(a_{k+1}), o_{k+2}, the response and the Ablated view unchanged). Step scores
@@ -23,7 +25,7 @@ that followed it, or only on there being observation text? For each chosen check
 Command::
 
     python -m diagnostics.swap --run DIR [--ckpt-steps 10,50,100,150] [--donors 5] [--per-category 40]
-        [--model PATH] [--device cpu|cuda] [--dtype bfloat16] [--out DIR] [--n-boot 1000] [--seed 0] [--json]
+        [--donor-text any|differ] [--model PATH] [--device cpu|cuda] [--dtype bfloat16] [--out DIR] [--n-boot 1000] [--seed 0] [--json]
 
 Writes ``swap.json`` (the result below) and ``swap_steps.csv`` (every evaluation step with its donors'
 count and both scores) to ``--out`` (default ``DIR/swap``).
@@ -43,10 +45,10 @@ import pandas as pd
 
 from diagnostics.bootstrap import bootstrap_auroc
 from diagnostics.load import DiagnosticsError
-from diagnostics.options import add_bootstrap_options
-from diagnostics.rescore import (Checkpoint, Rescorer, parse_steps, run_checkpoints, run_settings,
-                                 stored_residual_gap, swapped_record)
-from ocsd.cli import emit, format_table, jsonable, output_folder, positive_int, run_main
+from diagnostics.rescore import (Checkpoint, Rescorer, check_bootstrap, parse_steps, rescoring_main, rescoring_parser,
+                                 run_checkpoints, run_label, run_settings, scoring_device, stored_residual_gap,
+                                 swapped_record)
+from ocsd.cli import emit, format_table, jsonable, output_folder
 from ocsd.records import PROGRESS_LABELS
 from ocsd.replay.stored import stored_records
 from ocsd.replay.views import ReplayView, StepRecord, get_view
@@ -83,13 +85,13 @@ def select_targets(steps: pd.DataFrame, per_category: int, rng: np.random.Genera
     return out.reset_index(drop=True)
 
 
-def assign_donors(steps: pd.DataFrame, targets: pd.DataFrame, n_donors: int, rng: np.random.Generator
-                  ) -> tuple[dict[tuple[str, int], list[str]], dict[tuple[str, int], int]]:
+def assign_donors(steps: pd.DataFrame, targets: pd.DataFrame, n_donors: int, rng: np.random.Generator, *,
+                  same_text: bool = True) -> tuple[dict[tuple[str, int], list[str]], dict[tuple[str, int], int]]:
     """Donor observations of each target step.
 
-    Candidates of a target are the steps of ``steps`` (every step of the checkpoint) in another trajectory,
-    with the same ``operator`` and an ``obs_next`` that is not the target's own; ``n_donors`` of them are
-    drawn without replacement.
+    Candidates of a target are the steps of ``steps`` (every step of the checkpoint) in another trajectory
+    with the same ``operator`` (and, with ``same_text=False``, an ``obs_next`` whose text is not the
+    target's own); ``n_donors`` of them are drawn without replacement.
 
     Returns
     -------
@@ -108,7 +110,9 @@ def assign_donors(steps: pd.DataFrame, targets: pd.DataFrame, n_donors: int, rng
             short[key] = 0
             continue
         own = row.obs_next
-        ok = (rows["traj_uid"] != row.traj_uid).to_numpy() & (rows["obs_next"] != own).to_numpy()
+        ok = (rows["traj_uid"] != row.traj_uid).to_numpy()
+        if not same_text:
+            ok = ok & (rows["obs_next"] != own).to_numpy()
         candidates = rows["obs_next"].to_numpy(object)[ok]
         if len(candidates) < n_donors:
             short[key] = int(len(candidates))
@@ -201,7 +205,7 @@ def _counts(frame: pd.DataFrame) -> dict:
 
 
 def checkpoint_swap(ckpt: Checkpoint, rescorer: Rescorer, *, donors: int, per_category: int, seed: int,
-                    progress: bool = True) -> tuple[pd.DataFrame, list[dict], list[str], float]:
+                    same_text: bool = True, progress: bool = True) -> tuple[pd.DataFrame, list[dict], list[str], float]:
     """One checkpoint: targets, donors and the Full view's realized and swapped scores.
 
     Returns
@@ -218,7 +222,7 @@ def checkpoint_swap(ckpt: Checkpoint, rescorer: Rescorer, *, donors: int, per_ca
     """
     rng = np.random.default_rng([seed, ckpt.global_step])
     targets = select_targets(ckpt.steps, per_category, rng)
-    donor_obs, short = assign_donors(ckpt.steps, targets, donors, rng)
+    donor_obs, short = assign_donors(ckpt.steps, targets, donors, rng, same_text=same_text)
     keys = [(str(u), int(k)) for u, k in zip(targets["traj_uid"], targets["step_idx"])]
     records = stored_records(ckpt.steps, ckpt.tokens, ckpt.meta["env"], keys=keys,
                              where=str(ckpt.folder / "replay" / "steps.parquet"))
@@ -271,8 +275,8 @@ def _binary(steps: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
 
 def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, donors: int = 5,
                   per_category: int = 40, model: str | None = None, device: str | None = None,
-                  dtype: str | None = None, higher: str = "progress", n_boot: int = 1000, ci: float = 0.95,
-                  seed: int = 0, progress: bool = True) -> tuple[dict, pd.DataFrame]:
+                  dtype: str | None = None, higher: str = "progress", same_text: bool = True, n_boot: int = 1000,
+                  ci: float = 0.95, seed: int = 0, progress: bool = True) -> tuple[dict, pd.DataFrame]:
     """The observation-swap analysis of a run (see the module docstring).
 
     Returns
@@ -291,7 +295,7 @@ def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, d
         raise DiagnosticsError(f"--higher must be 'progress' or 'invalid', got {higher!r}")
     ckpts = run_checkpoints(run, ckpt_steps, model=model)
     settings = run_settings(run)
-    device, dtype = _device(device, settings), dtype or str(settings.get("dtype") or "float32")
+    device, dtype = scoring_device(device, settings), dtype or str(settings.get("dtype") or "float32")
     frames, short, unrendered, per_ckpt = [], [], [], []
     rescorer, loaded = None, None
     for ckpt in ckpts:
@@ -300,7 +304,7 @@ def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, d
                                 device=device, dtype=dtype, token_budget=settings.get("scoring_token_budget"))
             loaded = ckpt.weights
         frame, ck_short, ck_skipped, gap = checkpoint_swap(ckpt, rescorer, donors=donors, per_category=per_category,
-                                                           seed=seed, progress=progress)
+                                                           seed=seed, same_text=same_text, progress=progress)
         frames.append(frame)
         short += ck_short
         unrendered += [f"{ckpt.name}: {reason}" for reason in ck_skipped]
@@ -313,31 +317,11 @@ def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, d
               "drop": swap_drop(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed), **_counts(steps),
               "n_trajectories": int(steps.groupby(["checkpoint", "traj_uid"]).ngroups),
               "n_insufficient_donors": len(short), "n_boot": n_boot, "ci": ci, "donors": donors,
-              "per_category": per_category, "seed": seed, "run": _run_name(run), "model": loaded,
+              "per_category": per_category, "donor_text": "any" if same_text else "differ", "seed": seed, "run": run_label(run), "model": loaded,
               "device": device, "dtype": dtype, "checkpoints": [c.global_step for c in ckpts],
               "orientation": f"higher mean |e| predicts {higher}", "per_checkpoint": per_ckpt,
               "insufficient_donors": short, "unrendered": unrendered}
     return result, steps
-
-
-def _device(device: str | None, settings: Mapping) -> str:
-    import torch
-
-    if device is not None:
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise DiagnosticsError(f"--device {device}: CUDA is not available on this machine")
-        return device
-    wanted = str(settings.get("device") or "cpu")
-    return wanted if not wanted.startswith("cuda") or torch.cuda.is_available() else "cpu"
-
-
-def _run_name(run: str | Path) -> str:
-    from ocsd.records import read_run_info
-
-    try:
-        return str(read_run_info(Path(run)).get("run") or Path(run).name)
-    except Exception:  # noqa: BLE001 - any unreadable run.json: the folder name is the label
-        return Path(run).name
 
 
 def table(result: dict) -> str:
@@ -363,32 +347,22 @@ def write_outputs(result: dict, steps: pd.DataFrame, out: str | Path) -> dict[st
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m diagnostics.swap", description=__doc__.split("\n\n")[0])
-    p.add_argument("--run", required=True, metavar="DIR", help="run folder with actor checkpoints")
-    p.add_argument("--ckpt-steps", default=None, metavar="N,N,...",
-                   help="global steps of the checkpoints (default: the paper's 10,50,100,150 that exist, else all)")
-    p.add_argument("--donors", type=positive_int("--donors"), default=5, help="donor observations per step (5)")
-    p.add_argument("--per-category", type=positive_int("--per-category"), default=40,
-                   help="evaluation steps per category and checkpoint at most (40)")
+    p = rescoring_parser("diagnostics.swap", __doc__.split("\n\n")[0],
+                         ckpt_help="global steps of the checkpoints (default: the paper's 10,50,100,150 that exist, "
+                                   "else all)")
     p.add_argument("--higher", choices=("progress", "invalid"), default="progress",
                    help="which class a larger mean |e| predicts in the AUROC (default progress)")
-    p.add_argument("--model", default=None, help="re-score with these weights instead of each checkpoint's actor/")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: the run's device when available)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16, ... (default: the run's dtype)")
     p.add_argument("--out", type=output_folder, default=None, help="output folder (default RUN/swap)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_bootstrap_options(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
     return p
 
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
-    if args.n_boot < 1 or not 0 < args.ci < 1:
-        raise DiagnosticsError(f"--n-boot must be >= 1 and --ci in (0, 1); got {args.n_boot} and {args.ci}")
+    check_bootstrap(args)
     result, steps = swap_analysis(args.run, ckpt_steps=parse_steps(args.ckpt_steps), donors=args.donors,
                                   per_category=args.per_category, model=args.model, device=args.device,
-                                  dtype=args.dtype, higher=args.higher, n_boot=args.n_boot, ci=args.ci,
+                                  dtype=args.dtype, higher=args.higher, same_text=args.donor_text == "any",
+                                  n_boot=args.n_boot, ci=args.ci,
                                   seed=args.seed, progress=not args.no_progress and not args.json)
     files = write_outputs(result, steps, args.out or Path(args.run) / "swap")
     if result["insufficient_donors"]:
@@ -404,9 +378,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m diagnostics.swap``."""
-    from ocsd.replay.models import ModelNotFoundError
-
-    return run_main(_main, argv, errors=(ModelNotFoundError,))
+    return rescoring_main(_main, argv)
 
 
 if __name__ == "__main__":

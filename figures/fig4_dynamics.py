@@ -4,11 +4,14 @@ Panels: validation success overall (``val/success_rate``) and per task type
 (``val/success/<type>``) at the validation steps, then training success (``success_rate``) and mean
 reward (``reward_mean``) at every step, all read from each run's ``metrics.jsonl``. Several runs
 overlay, labelled by ``run.json``'s method (seed or folder name added where labels collide, or
-``--label``). Runs without validation rows contribute the training panels only.
+``--label``). Runs without validation rows contribute the training panels only. ``--paper-reference MODEL``
+draws, in each validation panel, the paper's final success of each plotted method on that model (Table 1,
+:func:`figures.paper.main_results`) as a dashed line in the method's colour; the paper prints its curves
+only as a figure, so its final values are what can be compared.
 
 Command::
 
-    python -m figures.fig4_dynamics --run A [--run B ...] [--label NAME ...] [--out DIR]
+    python -m figures.fig4_dynamics --run A [--run B ...] [--label NAME ...] [--paper-reference MODEL] [--out DIR]
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from diagnostics.runs import VAL_OVERALL, VAL_PREFIX
-from figures._common import RunInfo, SkipFigure, figure_parser, load_runs
+from figures._common import RunInfo, SkipFigure, check_paper_model, figure_parser, load_runs
 from figures.drawing import add_caption, pyplot, runs_caption, save_figure
 from ocsd.cli import run_main
 
-__all__ = ["Curve", "curves", "draw", "build", "main"]
+__all__ = ["Curve", "curves", "draw", "build", "main", "paper_lines"]
 
 NAME = "fig4_dynamics"
 TRAIN_KEYS = {"success_rate": "Training success", "reward_mean": "Training reward"}
@@ -85,8 +88,28 @@ def _title(key: str) -> str:
     return TRAIN_KEYS.get(key, key)
 
 
-def draw(panels: dict[str, list[Curve]], *, ncols: int = 4, title: str | None = None):
-    """One axes per metric key, one line per run (markers at validation steps).
+def paper_lines(runs: Sequence[RunInfo], model: str) -> dict[str, dict[str, float]]:
+    """Validation key -> {run label: the paper's final success (a fraction)} of each run's method on ``model``;
+    methods the paper's Table 1 does not have are left out."""
+    from figures.paper import MAIN_COLUMNS, PAPER_METHODS, main_results
+
+    names = {registry: paper for paper, registry in PAPER_METHODS.items() if registry}
+    out: dict[str, dict[str, float]] = {}
+    for run in runs:
+        paper_name = names.get(str(run.info.get("method")))
+        if paper_name is None:
+            continue
+        values = main_results(model, paper_name)
+        for column in MAIN_COLUMNS[:7]:
+            key = VAL_OVERALL if column == "overall" else f"{VAL_PREFIX}{column}"
+            out.setdefault(key, {})[run.label] = values[column].mean / 100
+    return out
+
+
+def draw(panels: dict[str, list[Curve]], *, ncols: int = 4, title: str | None = None,
+         paper: dict[str, dict[str, float]] | None = None, paper_model: str = ""):
+    """One axes per metric key, one line per run (markers at validation steps); ``paper`` adds dashed lines
+    (:func:`paper_lines`).
 
     Returns
     -------
@@ -107,6 +130,8 @@ def draw(panels: dict[str, list[Curve]], *, ncols: int = 4, title: str | None = 
             validation = key.startswith("val/")
             ax.plot(c.steps, c.values, label=c.label, color=colors[c.label], lw=1.4,
                     marker="o" if validation else None, ms=3)
+        for label, value in (paper or {}).get(key, {}).items():
+            ax.axhline(value, color=colors.get(label, "grey"), ls="--", lw=1.0, alpha=0.8, gid=f"paper|{label}")
         ax.set_title(_title(key), fontsize=9)
         ax.set_xlabel("training step", fontsize=8)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
@@ -121,23 +146,32 @@ def draw(panels: dict[str, list[Curve]], *, ncols: int = 4, title: str | None = 
         ax.set_visible(False)
     fig.tight_layout()
     handles = {lab: h for ax in axes.flat for h, lab in zip(*ax.get_legend_handles_labels())}
-    fig.legend([handles[lab] for lab in labels], labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8,
-               frameon=False, bbox_to_anchor=(0.5, 1.0))
+    entries = [(handles[lab], lab) for lab in labels]
+    if paper:
+        from matplotlib.lines import Line2D
+
+        entries.append((Line2D([], [], color="grey", ls="--", lw=1.0), f"paper, {paper_model}, final (Table 1)"))
+    fig.legend([h for h, _ in entries], [lab for _, lab in entries], loc="lower center",
+               ncol=min(len(entries), 6), fontsize=8, frameon=False, bbox_to_anchor=(0.5, 1.0))
     if title:
         fig.suptitle(title, fontsize=10, y=1.0 + 0.25 / nrows)
     return fig
 
 
 def build(run_dirs: Sequence, out_dir, *, labels: Sequence[str] | None = None, name: str = NAME, pdf: bool = False,
-          dpi: int = 150) -> list[Path]:
+          dpi: int = 150, paper_reference: str | None = None) -> list[Path]:
     """Draw Fig. 4 for the runs and write it; prints which runs lack validation rows."""
+    if paper_reference:
+        check_paper_model(paper_reference)
     runs = load_runs(run_dirs, labels)
     panels = curves(runs)
     for r in runs:
         if not any(VAL_OVERALL in row for row in r.metrics):
             print(f"{name}: {r.label} ({r.path}) has no validation rows; training panels only", file=sys.stderr)
-    fig = draw(panels)
-    add_caption(fig, runs_caption(runs))
+    paper = paper_lines(runs, paper_reference) if paper_reference else None
+    fig = draw(panels, paper=paper, paper_model=paper_reference or "")
+    add_caption(fig, runs_caption(runs) + (f"; dashed: the paper's final validation success on {paper_reference} "
+                                           f"(Table 1)" if paper else ""))
     try:
         return save_figure(fig, out_dir, name, pdf=pdf, dpi=dpi)
     finally:
@@ -147,8 +181,11 @@ def build(run_dirs: Sequence, out_dir, *, labels: Sequence[str] | None = None, n
 def _main(argv: Sequence[str] | None) -> int:
     parser = figure_parser(f"figures.{NAME}", __doc__.split("\n")[0])
     parser.add_argument("--label", action="append", default=[], help="legend label per --run, in the same order")
+    parser.add_argument("--paper-reference", metavar="MODEL", default=None,
+                        help="draw the paper's final success of each method on MODEL (Qwen3-1.7B, Qwen3-4B, ...)")
     args = parser.parse_args(argv)
-    paths = build(args.run, args.out, labels=args.label or None, pdf=args.pdf, dpi=args.dpi)
+    paths = build(args.run, args.out, labels=args.label or None, pdf=args.pdf, dpi=args.dpi,
+                  paper_reference=args.paper_reference)
     print("wrote " + ", ".join(map(str, paths)))
     return 0
 

@@ -9,11 +9,14 @@ are blue, replay scoring (OCSD-specific) orange, the privileged teacher pass of 
 baselines purple. The table (stdout, and ``fig6_cost.md``) gives seconds per phase and the
 replay-scoring share. ``fig6_cost_modules.png`` is the paper's layout: a bar per phase and run with its
 seconds printed, on a broken axis so that sub-second phases stay visible beside the rollout.
-``--skip-steps K`` leaves out the first K steps (warm-up).
+``--skip-steps K`` leaves out the first K steps (warm-up). The table also gives replay scoring as percent of
+the other phases (:meth:`diagnostics.runs.PhaseTimes.overhead_percent`), which is how the paper states its
+overhead; ``--paper-reference`` adds the paper's numbers (7.52 s of replay scoring and 0.12 s of modulation
+per iteration, 1.40%; ALFWorld, Qwen3-4B, 8 A100s) as a table column and in the figures' caption.
 
 Command::
 
-    python -m figures.fig6_cost --run A [--run B ...] [--skip-steps 0] [--out DIR]
+    python -m figures.fig6_cost --run A [--run B ...] [--skip-steps 0] [--paper-reference] [--out DIR]
 """
 
 from __future__ import annotations
@@ -169,21 +172,41 @@ def _used(times: dict[str, PhaseTimes]) -> list[str]:
     return [k for k in PHASES if any(t.seconds[k] > 0 for t in times.values())]
 
 
-def table(times: dict[str, PhaseTimes]) -> str:
-    """Markdown table: seconds per phase per run, total, replay-scoring seconds and share."""
+def _paper_cells() -> dict[str, str]:
+    """The paper's runtime numbers (:data:`figures.paper.RUNTIME`) by table row."""
+    from figures.paper import RUNTIME
+
+    return {REPLAY: f"{RUNTIME['replay_scoring_s'].mean:.4g}",
+            "modulation": f"{RUNTIME['modulation_s'].mean:.4g}",
+            "overhead": f"{RUNTIME['overhead_percent'].mean:.2f}% (with the modulation: {RUNTIME['overhead_s'].mean:.4g} s)"}
+
+
+def table(times: dict[str, PhaseTimes], *, paper: bool = False) -> str:
+    """Markdown table: seconds per phase per run, total, replay-scoring share of the total and overhead over the
+    other phases; ``paper`` adds a column with the paper's numbers (the phases it does not print are blank)."""
     labels = list(times)
-    lines = ["| phase | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+    ref = _paper_cells() if paper else None
+    extra = " | paper (Qwen3-4B, 8 A100)" if paper else ""
+    lines = ["| phase | " + " | ".join(labels) + extra + " |", "|---|" + "---:|" * (len(labels) + bool(paper))]
+
+    def row(title: str, cells: list[str], paper_cell: str = "") -> str:
+        return f"| {title} | " + " | ".join(cells) + (f" | {paper_cell}" if paper else "") + " |"
+
     for key in _used(times):
-        cells = " | ".join(f"{times[lab].seconds[key]:.4g}" for lab in labels)
-        lines.append(f"| {PHASES[key][0]} (`{key}`) | {cells} |")
-    lines.append("| **total** | " + " | ".join(f"{times[lab].total:.4g}" for lab in labels) + " |")
+        lines.append(row(f"{PHASES[key][0]} (`{key}`)", [f"{times[lab].seconds[key]:.4g}" for lab in labels],
+                         ref.get(key, "") if ref else ""))
+    if paper:
+        lines.append(row("Residual modulation", ["(in Advantage)"] * len(labels), ref["modulation"]))
+    lines.append(row("**total**", [f"{times[lab].total:.4g}" for lab in labels]))
     shares = [f"{times[lab].percent[REPLAY]:.2f}%" if times[lab].total > 0 else "n/a" for lab in labels]
-    lines.append("| replay-scoring share | " + " | ".join(shares) + " |")
+    lines.append(row("replay-scoring share of the total", shares))
+    overhead = [f"{times[lab].overhead_percent(REPLAY):.2f}%" if times[lab].total > 0 else "n/a" for lab in labels]
+    lines.append(row("replay scoring over the other phases", overhead, ref["overhead"] if ref else ""))
     return "\n".join(lines)
 
 
 def build(run_dirs: Sequence, out_dir, *, labels: Sequence[str] | None = None, skip_steps: int = 0,
-          name: str = NAME, pdf: bool = False, dpi: int = 150) -> list[Path]:
+          name: str = NAME, pdf: bool = False, dpi: int = 150, paper_reference: bool = False) -> list[Path]:
     """Draw Fig. 6, print the table and write ``<name>.png`` and ``<name>.md``."""
     if skip_steps < 0:
         raise FigureError(f"--skip-steps must be >= 0, got {skip_steps}")
@@ -198,10 +221,15 @@ def build(run_dirs: Sequence, out_dir, *, labels: Sequence[str] | None = None, s
             times[r.label] = t
     if not times:
         raise SkipFigure("no run has metrics rows with time/<phase> keys (" + ", ".join(PHASES) + ")")
-    text = table(times)
+    text = table(times, paper=paper_reference)
     print(f"Seconds per iteration, mean over training steps (first {skip_steps} skipped):\n{text}")
     caption = (runs_caption([r for r in runs if r.label in times])
                + "; means over the timed steps" + (f" after the first {skip_steps}" if skip_steps else ""))
+    if paper_reference:
+        from figures.paper import RUNTIME
+
+        caption += (f"; paper (ALFWorld, Qwen3-4B, 8 A100s): replay scoring {RUNTIME['replay_scoring_s'].mean} s + "
+                    f"modulation {RUNTIME['modulation_s'].mean} s per iteration = {RUNTIME['overhead_percent'].mean}%")
     fig = draw(times)
     add_caption(fig, caption)
     try:
@@ -224,9 +252,11 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--label", action="append", default=[], help="bar label per --run, in the same order")
     parser.add_argument("--skip-steps", type=int, default=0, metavar="K",
                         help="leave out the first K timed steps (warm-up; default 0)")
+    parser.add_argument("--paper-reference", action="store_true",
+                        help="add the paper's runtime (7.52 s + 0.12 s per iteration, 1.40%%) to the table and caption")
     args = parser.parse_args(argv)
     paths = build(args.run, args.out, labels=args.label or None, skip_steps=args.skip_steps, pdf=args.pdf,
-                  dpi=args.dpi)
+                  dpi=args.dpi, paper_reference=args.paper_reference)
     print("wrote " + ", ".join(map(str, paths)))
     return 0
 

@@ -10,6 +10,11 @@ folders or a sweep's ``index.json`` (``training.sweep``: a list of ``{method, se
 run_dir, status, returncode}``); sweep entries with a non-zero return code or a failed status, and
 runs without a validation row, are left out with a printed reason.
 
+When the runs include OCSD's ablations (``ocsd_no_ablated``, ``ocsd_random_select``, ``ocsd_all_steps``,
+``ocsd_no_sign``), a second table, ``table_ablation``, holds GRPO, OCSD and the ablations alone (the paper's
+ablation table with its per-type details); ``--paper-reference`` adds the paper's ablation rows, which exist
+for Qwen3-4B only (``tab:ablation_details``).
+
 Command::
 
     python -m figures.tables (--index OUT/index.json | --run A --run B ...) [--out DIR] [--format md|latex|both]
@@ -27,9 +32,13 @@ from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, ad
 from ocsd.cli import run_main
 from ocsd.environments import get_environment
 
-__all__ = ["read_index", "collect", "aggregate", "paper_rows", "to_markdown", "to_latex", "build", "main"]
+__all__ = ["read_index", "collect", "aggregate", "paper_rows", "paper_ablation_rows", "to_markdown", "to_latex",
+           "build", "main"]
 
 NAME = "table_main"
+ABLATION_NAME = "table_ablation"
+ABLATION_MODEL = "Qwen3-4B"
+"""The one model of the paper's ablation tables."""
 TASK_NAMES = {"pick": "Pick", "look": "Look", "clean": "Clean", "heat": "Heat", "cool": "Cool", "pick2": "Pick2"}
 """ALFWorld task types in the paper's column order."""
 OVERALL = "Overall"
@@ -181,6 +190,28 @@ def paper_rows(model: str, labels: Sequence[str], columns: Sequence[str]) -> lis
     return rows
 
 
+def _ablation_methods() -> dict[str, str]:
+    """Registry name -> the paper's row name of the ablation table (GRPO, the four ablations, OCSD)."""
+    from figures.paper import ABLATION_METHODS
+
+    return {method: name for name, method in ABLATION_METHODS.items()}
+
+
+def paper_ablation_rows(labels: Sequence[str], columns: Sequence[str]) -> list[tuple[str, dict]]:
+    """The paper's ablation rows (``tab:ablation_details``, Qwen3-4B) of the methods among ``labels``."""
+    from figures.paper import ablation_results
+
+    ours = {lab.split(" (rho=")[0] for lab in labels}
+    rows = []
+    for method, name in _ablation_methods().items():
+        if method_label(method) not in ours:
+            continue
+        values = ablation_results(name, detailed=True)
+        rows.append((f"paper, {ABLATION_MODEL}: {name}", {col: values[PAPER_COLUMNS[col]] for col in columns
+                                                          if col in PAPER_COLUMNS}))
+    return rows
+
+
 def _paper_text(value, pm: str) -> str:
     return "-" if value is None else _number(value.mean, value.std, pm)
 
@@ -266,9 +297,27 @@ def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", na
         raise SkipFigure("no run has a validation row (val/success_rate) in metrics.jsonl")
     labels, columns, cells = aggregate(groups)
     paper = paper_rows(paper_reference, labels, columns) if paper_reference else ()
+    envs = sorted({str(r.info.get("env")) for r in runs if r.info.get("env")})
+    env = _display_name(envs[0]) if len(envs) == 1 else "the benchmarks"
+    caption = f"Validation success (\\%) on {env}, mean $\\pm$ std over seeds."
+    if paper:
+        caption += f" Rows in italics: the paper's {paper_reference} (its Table 1)."
+    written = _write(Path(out_dir), name, labels, columns, cells, paper, fmt, caption, "tab:main_results")
+    ablations = {key: rows for key, rows in groups.items() if key[0] in _ablation_methods()}
+    if any(key[0] not in ("grpo", "ocsd") for key in ablations):
+        labels, columns, cells = aggregate(ablations)
+        paper = paper_ablation_rows(labels, columns) if paper_reference else ()
+        caption = f"Ablations: validation success (\\%) on {env}, mean $\\pm$ std over seeds."
+        if paper:
+            caption += f" Rows in italics: the paper's ablations ({ABLATION_MODEL}, its only ablated model)."
+        written += _write(Path(out_dir), ABLATION_NAME, labels, columns, cells, paper, fmt, caption, "tab:ablation")
+    return written
+
+
+def _write(out_dir: Path, name: str, labels, columns, cells, paper, fmt: str, caption: str, label: str) -> list[Path]:
+    """Print the Markdown table and write ``<name>.md`` and/or ``<name>.tex``."""
     md = to_markdown(labels, columns, cells, paper=paper)
     print(md)
-    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     if fmt in ("md", "both"):
@@ -276,12 +325,7 @@ def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", na
         written[-1].write_text(md + "\n")
     if fmt in ("latex", "both"):
         written.append(out_dir / f"{name}.tex")
-        envs = sorted({str(r.info.get("env")) for r in runs if r.info.get("env")})
-        env = _display_name(envs[0]) if len(envs) == 1 else "the benchmarks"
-        caption = f"Validation success (\\%) on {env}, mean $\\pm$ std over seeds."
-        if paper:
-            caption += f" Rows in italics: the paper's {paper_reference} (its Table 1)."
-        written[-1].write_text(to_latex(labels, columns, cells, caption=caption, paper=paper) + "\n")
+        written[-1].write_text(to_latex(labels, columns, cells, caption=caption, label=label, paper=paper) + "\n")
     return written
 
 

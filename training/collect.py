@@ -226,7 +226,7 @@ def resolve_views(names: Sequence[str]) -> list:
             continue
         if name in NO_DONOR_VIEWS:
             raise UsageError(f"--views: '{name}' needs a donor observation for every step, which a collection "
-                             f"does not assign; use the observation-swap diagnostic instead")
+                             f"does not assign; use python -m diagnostics.swap instead")
         try:
             view = load_view(name)
         except ValueError as exc:

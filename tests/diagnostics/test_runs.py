@@ -102,6 +102,10 @@ def test_phase_times_edge_cases():
     assert zero.total == 0 and all(math.isnan(v) for v in zero.percent.values())
     assert PhaseTimes({"time/rollout": 2.0, "time/update": 6.0}, 1).percent == {"time/rollout": 25.0,
                                                                                 "time/update": 75.0}
+    # the paper's overhead: 7.64 s over a shared pipeline of 7.64 / 0.014 s is 1.40%
+    paper = PhaseTimes({"time/rollout": 7.64 / 0.014, "time/replay_scoring": 7.64}, 1)
+    assert paper.overhead_percent("time/replay_scoring") == pytest.approx(1.40)
+    assert math.isnan(PhaseTimes({"time/replay_scoring": 1.0}, 1).overhead_percent("time/replay_scoring"))
     with pytest.raises(ValueError, match="skip_steps"):
         phase_times(rows, PHASES, skip_steps=-1)
     with pytest.raises(ValueError, match="phases"):

@@ -82,10 +82,9 @@ def test_trainer_writes_the_context_and_the_run_acts(frozen_run):
         assert traj["obs"].iloc[1:].tolist() == traj["obs_next"].iloc[:-1].tolist()
 
 
-def test_stored_records_render_what_the_trainer_scored(frozen_run):
-    """With the weights unchanged, re-scoring Full and Ablated of the stored steps gives the stored log-probs."""
-    ckpt = run_checkpoints(frozen_run, [1])[0]
+def _assert_rescored_as_stored(ckpt):
     records = stored_records(ckpt.steps, ckpt.tokens, "alfworld")
+    assert records
     rescorer = Rescorer(ckpt.weights, env="alfworld", max_prompt_length=1024)
     rendered, skipped = rescorer.render(list(records.values()), ["full", "ablated"])
     assert not skipped and len(rendered) == len(records)
@@ -96,6 +95,22 @@ def test_stored_records_render_what_the_trainer_scored(frozen_run):
         stored = tokens.loc[(uid, int(k))].sort_values("token_idx")
         np.testing.assert_allclose(logp["full"], stored["logp_full"], atol=2e-4)
         np.testing.assert_allclose(logp["ablated"], stored["logp_ablated"], atol=2e-4)
+
+
+def test_stored_records_render_what_the_trainer_scored(frozen_run):
+    """With the weights unchanged, re-scoring Full and Ablated of the stored steps gives the stored log-probs."""
+    _assert_rescored_as_stored(run_checkpoints(frozen_run, [1])[0])
+
+
+def test_a_collection_is_re_scored_with_the_weights_it_names(frozen_run, tmp_path):
+    from training.collect import main as collect
+
+    out = tmp_path / "collected"
+    assert collect(["--model", str(frozen_run / "global_step_2"), "--tasks", "1", "--group", "2", "--out", str(out),
+                    "--seed", "4", "progress=false"]) == 0
+    ckpt = run_checkpoints(out, [2])[0]
+    assert ckpt.weights == str(frozen_run / "global_step_2" / "actor") and not (ckpt.folder / "actor").exists()
+    _assert_rescored_as_stored(ckpt)
 
 
 def test_checkpoints_without_context_are_refused_by_name(frozen_run, tmp_path):
@@ -123,20 +138,24 @@ def test_targets_stratified_without_reusing_trajectories(frozen_run):
     pd.testing.assert_frame_equal(a, b)
 
 
-def test_donor_rules(frozen_run):
+@pytest.mark.parametrize("same_text", [True, False])
+def test_donor_rules(frozen_run, same_text):
     steps = read_checkpoint(frozen_run / "global_step_1").steps
     targets = swap_mod.select_targets(steps, 40, np.random.default_rng(0))
-    donors, short = swap_mod.assign_donors(steps, targets, 2, np.random.default_rng(0))
+    donors, short = swap_mod.assign_donors(steps, targets, 2, np.random.default_rng(0), same_text=same_text)
     assert donors and set(donors).isdisjoint(short)
     assert len(donors) + len(short) == len(targets)
+    same = 0
     for row in targets.itertuples():
         key = (row.traj_uid, row.step_idx)
         if key not in donors:
             continue
         others = steps[(steps["traj_uid"] != row.traj_uid) & (steps["operator"] == row.operator)]
         for obs in donors[key]:
-            assert obs != row.obs_next  # never the step's own observation
-            assert obs in set(others["obs_next"])  # from another trajectory, same operator
+            assert obs in set(others["obs_next"])  # from another trajectory, same operator, never the step's own
+            same += obs == row.obs_next
+    # the appendix's sampling lets a donor read like the step's own o_{k+1} ("Nothing happens."); differ never does
+    assert (same > 0) if same_text else (same == 0)
     # a target whose operator nobody else used has no donor and is reported with its count
     lonely = targets.iloc[:1].assign(operator="nobody")
     got, missing = swap_mod.assign_donors(steps, lonely, 1, np.random.default_rng(0))

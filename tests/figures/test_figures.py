@@ -13,7 +13,7 @@ import pytest
 from figures import __main__ as figures_main
 from figures import fig2_diagnosis, fig4_dynamics, fig6_cost, tables
 from diagnostics.runs import phase_times
-from figures._common import load_runs
+from figures._common import load_runs, method_label
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -120,6 +120,22 @@ def test_fig4_overlays_runs_with_method_labels(runs, tmp_path):
     assert_png(tmp_path / "fig4_dynamics.png")
 
 
+def test_fig4_paper_reference_draws_the_papers_final_success(runs, tmp_path, capsys):
+    from figures.paper import main_results
+
+    runs_info = load_runs([runs["ocsd0"], runs["grpo0"]])
+    lines = fig4_dynamics.paper_lines(runs_info, "Qwen3-1.7B")
+    assert lines["val/success_rate"] == {"OCSD": main_results("Qwen3-1.7B", "OCSD")["overall"].mean / 100,
+                                         "GRPO": main_results("Qwen3-1.7B", "GRPO")["overall"].mean / 100}
+    assert lines["val/success/cool"]["GRPO"] == main_results("Qwen3-1.7B", "GRPO")["cool"].mean / 100
+    fig = fig4_dynamics.draw(fig4_dynamics.curves(runs_info), paper=lines, paper_model="Qwen3-1.7B")
+    ax = next(a for a in fig.axes if a.get_gid() == "val/success/pick")
+    drawn = {line.get_gid(): line.get_ydata()[0] for line in ax.get_lines() if str(line.get_gid()).startswith("paper")}
+    assert drawn == {f"paper|{k}": v for k, v in lines["val/success/pick"].items()}
+    assert fig4_dynamics.main(["--run", str(runs["ocsd0"]), "--out", str(tmp_path), "--paper-reference", "GPT"]) == 2
+    assert "--paper-reference" in capsys.readouterr().err
+
+
 def test_fig4_without_validation_rows_draws_training_only(no_val_run, tmp_path, capsys):
     panels = fig4_dynamics.curves(load_runs([no_val_run]))
     assert list(panels) == ["success_rate", "reward_mean"]
@@ -156,8 +172,17 @@ def test_fig6_bars_are_phase_means(runs, tmp_path, capsys):
     out = capsys.readouterr().out
     ref = metrics_frame(runs["ocsd0"]).reindex(columns=list(fig6_cost.PHASES)).fillna(0.0).mean()
     assert f"{100 * ref['time/replay_scoring'] / ref.sum():.2f}%" in out
-    assert "| replay-scoring share |" in out and "0.00%" in out  # GRPO does no replay scoring
+    assert "| replay-scoring share of the total |" in out and "0.00%" in out  # GRPO does no replay scoring
+    overhead = ref["time/replay_scoring"] / (ref.sum() - ref["time/replay_scoring"])
+    assert f"| replay scoring over the other phases | {100 * overhead:.2f}%" in out
+    assert "paper" not in out
     assert_png(tmp_path / "fig6_cost.png")
+
+
+def test_fig6_paper_reference_adds_the_papers_runtime(runs, tmp_path, capsys):
+    assert fig6_cost.main(["--run", str(runs["ocsd0"]), "--out", str(tmp_path), "--paper-reference"]) == 0
+    text = (tmp_path / "fig6_cost.md").read_text()
+    assert "paper (Qwen3-4B, 8 A100)" in text and "| 7.52 |" in text and "1.40%" in text and "| 0.12 |" in text
 
 
 def test_fig6_skips_without_timings(tmp_path, capsys):
@@ -298,6 +323,32 @@ def test_table_with_the_papers_rows(runs, tmp_path, capsys):
     assert r"\textit{paper, Qwen3-4B: OCSD}" in tex and f"{overall.mean:.1f}$_{{\\pm {overall.std:.1f}}}$" in tex
     assert tables.main([*argv, "--paper-reference", "Qwen3-0.6B"]) == 2
     assert "--paper-reference: 'Qwen3-0.6B'" in capsys.readouterr().err
+
+
+def test_ablation_table_holds_grpo_ocsd_and_the_ablations(runs, tmp_path, capsys):
+    from figures import paper
+    from tests.figures.runs import make_run
+
+    ablation = [make_run(tmp_path / f"{m}_s{seed}", method=m, seed=seed)
+                for m in ("ocsd_no_ablated", "ocsd_random_select") for seed in (0, 1)]
+    argv = [x for d in [runs["ocsd0"], runs["grpo0"], *ablation] for x in ("--run", str(d))]
+    assert tables.main([*argv, "--out", str(tmp_path), "--paper-reference", "Qwen3-1.7B"]) == 0
+    md = (tmp_path / "table_ablation.md").read_text().splitlines()
+    rows = [line.split("|")[1].strip() for line in md[2:]]
+    ours = [r for r in rows if not r.startswith("paper")]
+    assert set(ours) == {method_label(m) for m in ("grpo", "ocsd", "ocsd_no_ablated", "ocsd_random_select")}
+    seeds = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in md[2:]}
+    assert seeds[method_label("ocsd_no_ablated")] == "2"
+    theirs = [r for r in rows if r.startswith("paper")]
+    assert theirs == [f"paper, Qwen3-4B: {name}" for name in ("GRPO", "w/o Ablated Teacher", "w/ Random Select",
+                                                               "OCSD")]
+    line = next(x for x in md if "w/ Random Select" in x)
+    value = paper.ablation_results("w/ Random Select", detailed=True)["overall"]
+    assert line.strip().strip("|").split("|")[-1].strip() == f"{value.mean:.1f} ± {value.std:.1f}"
+    assert r"\label{tab:ablation}" in (tmp_path / "table_ablation.tex").read_text()
+    # without an ablation run there is no ablation table
+    assert tables.main(["--run", str(runs["ocsd0"]), "--out", str(tmp_path / "plain")]) == 0
+    assert not (tmp_path / "plain" / "table_ablation.md").exists()
 
 
 def test_fig6_modules_broken_axis_shows_every_phase(runs, tmp_path):

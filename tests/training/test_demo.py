@@ -1,4 +1,5 @@
-"""The embedded default end to end: the README's main command on a fresh run folder (slow: minutes)."""
+"""The embedded default end to end: the README's main command (training, report, swap, figures) on a fresh run
+folder (slow: minutes)."""
 
 import json
 import math
@@ -40,7 +41,12 @@ def test_demo_trains_and_the_report_and_figures_run(tmp_path):
     assert (run / "report" / "report.md").exists()
     signals = json.loads((run / "report" / "report.json").read_text())["auroc"]["signals"]
     assert all(math.isfinite(v["auroc"]) and math.isfinite(v["ci_low"]) for v in signals.values()), signals
+    swap = subprocess.run([sys.executable, "-m", "diagnostics.swap", "--run", str(run), "--no-progress"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert swap.returncode == 0, swap.stderr[-3000:]
+    result = json.loads((run / "swap" / "swap.json").read_text())
+    assert result["checkpoints"] == [1, 2] and result["n_steps"] > 0
     figures = subprocess.run([sys.executable, "-m", "figures", "--run", str(run), "--out", str(run / "figures")],
                              capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert figures.returncode == 0, figures.stderr[-3000:]
-    assert list((run / "figures").glob("*.png"))
+    assert (run / "figures" / "fig5_swap.png").exists()
