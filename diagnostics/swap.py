@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -43,11 +44,12 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from diagnostics.bootstrap import bootstrap_auroc
+from diagnostics.bootstrap import bootstrap_auroc, paired_delta_auroc
 from diagnostics.load import DiagnosticsError
 from diagnostics.rescore import (Checkpoint, Rescorer, check_bootstrap, parse_steps, rescoring_main, rescoring_parser,
                                  run_checkpoints, run_label, run_settings, scoring_device, stored_residual_gap,
                                  swapped_record)
+from diagnostics.stats import DegenerateInputWarning
 from ocsd.cli import emit, format_table, jsonable, output_folder
 from ocsd.records import PROGRESS_LABELS
 from ocsd.replay.stored import stored_records
@@ -189,10 +191,6 @@ def _auroc_pair(y: np.ndarray, realized: np.ndarray, swapped: np.ndarray, cluste
     nan = {"auroc": float("nan"), "ci_low": float("nan"), "ci_high": float("nan")}
     if y.size == 0 or y.all() or not y.any():
         return {"realized": dict(nan), "swapped": dict(nan)}
-    import warnings
-
-    from diagnostics.stats import DegenerateInputWarning
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateInputWarning)
         res = bootstrap_auroc(y, np.column_stack([realized, swapped]), clusters, n_boot=n_boot, ci=ci, seed=seed)
@@ -252,11 +250,6 @@ def swap_drop(steps: pd.DataFrame, *, higher: str = "progress", n_boot: int = 10
               seed: int = 0) -> dict:
     """AUROC(S_realized) - AUROC(S_swapped) on the same steps, with a paired trajectory-cluster bootstrap
     interval: ``{"delta", "ci_low", "ci_high"}`` (nan without both classes)."""
-    import warnings
-
-    from diagnostics.bootstrap import paired_delta_auroc
-    from diagnostics.stats import DegenerateInputWarning
-
     binary, y, clusters = _binary(steps)
     sign = 1.0 if higher == "progress" else -1.0
     with warnings.catch_warnings():
