@@ -48,17 +48,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 import pandas as pd
 
 from diagnostics import tails
 from diagnostics.bootstrap import paired_delta_auroc
 from diagnostics.load import DiagnosticsError, from_replay
-from diagnostics.rescore import (Checkpoint, Rescorer, check_bootstrap, parse_steps, rescoring_main, rescoring_parser,
-                                 run_checkpoints, run_label, run_settings, scoring_device)
+from diagnostics.rescore import (Checkpoint, Rescorer, check_bootstrap, checkpoint_rescorers, parse_steps,
+                                 rescoring_main, rescoring_parser, run_checkpoints, run_label)
 from diagnostics.stats import DegenerateInputWarning
 from diagnostics.verdicts import audit_points
-from diagnostics.swap import assign_donors, select_targets, swap_auroc, swap_drop, swap_scores
+from diagnostics.swap import swap_auroc, swap_drop, swap_plan, swap_scores
 from ocsd.cli import emit, fmt, format_table, jsonable, output_folder, positive_int
 from ocsd.records import CHECKPOINT_COLUMN
 from ocsd.replay.render import RenderedStep
@@ -204,39 +203,30 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
 
     base, design = Design.of(baseline), Design.of(view, twin)
     ckpts = run_checkpoints(run, ckpt_steps, default="all")
-    settings = run_settings(run)
-    device, dtype = scoring_device(device, settings), dtype or str(settings.get("dtype") or "float32")
     env = str(ckpts[0].meta["env"])
     step_frames, token_frames, unrendered = [], [], []
     structure = {"checked": 0, "matched": 0, "method": "segments", "first_mismatch": None, "shows_observations": False}
     swap_frames: dict[str, list[pd.DataFrame]] = {"baseline": [], "design": []}
     shows = {"baseline": False, "design": False}
     short = 0
-    rescorer, loaded = None, None
-    for ckpt in ckpts:
-        if ckpt.weights != loaded:
-            rescorer = Rescorer(ckpt.weights, env=env, max_prompt_length=settings.get("max_prompt_length"),
-                                device=device, dtype=dtype, token_budget=settings.get("scoring_token_budget"))
-            loaded = ckpt.weights
+    for ckpt, rescorer in checkpoint_rescorers(run, ckpts, device=device, dtype=dtype):
         st, tok, ck_structure, skipped = _rescore_checkpoint(ckpt, rescorer, base, design, progress=progress)
         structure = _merge_structure(structure, ck_structure)
         unrendered += [f"{ckpt.name}: {reason}" for reason in skipped]
         step_frames.append(st.assign(**{CHECKPOINT_COLUMN: str(ckpt.folder)}))
         token_frames.append(tok.assign(**{CHECKPOINT_COLUMN: str(ckpt.folder)}))
-        if swap:
-            rng = np.random.default_rng([seed, ckpt.global_step])  # the targets and donors of diagnostics.swap
-            targets = select_targets(ckpt.steps, per_category, rng)
-            donor_obs, ck_short = assign_donors(ckpt.steps, targets, donors, rng, same_text=same_text)
-            short += len(ck_short)
-            keys = [(str(u), int(k)) for u, k in zip(targets["traj_uid"], targets["step_idx"])]
-            records = stored_records(ckpt.steps, ckpt.tokens, env, keys=keys)
-            category = dict(zip(keys, targets["category"]))
+        if swap:  # the targets and donors of diagnostics.swap
+            plan = swap_plan(ckpt, donors=donors, per_category=per_category, seed=seed, same_text=same_text)
+            short += len(plan.short)
             for side, pair in (("baseline", base), ("design", design)):
-                sc = swap_scores(rescorer, records, donor_obs, view=pair.view, twin=pair.twin, progress=progress)
+                sc = swap_scores(rescorer, plan.records, plan.donors, view=pair.view, twin=pair.twin,
+                                 progress=progress)
                 shows[side] = shows[side] or sc.shows_observation
                 swap_frames[side].append(pd.DataFrame({
                     "checkpoint": ckpt.name, "traj_uid": [u for u, _ in sc.keys], "step_idx": [k for _, k in sc.keys],
-                    "category": [category[k] for k in sc.keys], "S_realized": sc.realized, "S_swapped": sc.swapped}))
+                    "category": [plan.category(k) for k in sc.keys], "S_realized": sc.realized,
+                    "S_swapped": sc.swapped}))
+        last = rescorer
     steps, tokens = pd.concat(step_frames, ignore_index=True), pd.concat(token_frames, ignore_index=True)
     if tokens.empty:
         raise DiagnosticsError(f"{run}: no selected step could be rendered under every view ({unrendered[:1]})")
@@ -253,7 +243,7 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
         gains = _paired_gains(data["baseline"], data["design"], n_boot=n_boot, ci=ci, seed=seed)
     result = {"run": run_label(run), "view": design.view.name, "twin": design.twin.name,
               "baseline_view": base.view.name, "baseline_twin": base.twin.name, "checkpoints": [c.global_step for c in ckpts],
-              "weights": sorted({c.weights for c in ckpts}), "device": device, "dtype": dtype,
+              "weights": sorted({c.weights for c in ckpts}), "device": last.device, "dtype": last.dtype,
               "n_steps": int(len(data["baseline"].steps)), "n_boot": n_boot, "ci": ci, "seed": seed,
               "structure": structure, "baseline": battery["baseline"], "design": battery["design"], **gains,
               "unrendered": unrendered}

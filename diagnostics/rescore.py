@@ -21,7 +21,7 @@ import sys
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -98,8 +98,9 @@ def checkpoint_weights(folder: Path, meta: Mapping, model: str | None = None) ->
     """
     if model is not None:
         return model
-    for candidate in (folder / "actor", Path(str(meta.get("checkpoint") or "")) / "actor"):
-        if str(candidate) != "actor" and (candidate / "config.json").is_file():
+    candidates = [folder / "actor"] + ([Path(str(meta["checkpoint"])) / "actor"] if meta.get("checkpoint") else [])
+    for candidate in candidates:
+        if (candidate / "config.json").is_file():
             return str(candidate)
     raise DiagnosticsError(f"{folder}: no actor/ weights (the run saved none: save_weights=false) and meta.json names "
                            f"no checkpoint that has them; pass --model PATH to re-score with other weights")
@@ -186,6 +187,7 @@ class Rescorer:
         from ocsd.replay.scoring import ReplayScorer
 
         self.weights, self.env, self.max_prompt_length = weights, env, max_prompt_length
+        self.device, self.dtype = device, dtype
         self.tokenizer = load_tokenizer(weights)
         model = load_model(weights, device=device, dtype=dtype)
         self.renderer = PromptRenderer(self.tokenizer)
@@ -218,19 +220,11 @@ class Rescorer:
               keys: Sequence[str] | None = None, progress: bool = True, desc: str = "re-scoring"
               ) -> list[dict[str, np.ndarray]]:
         """Log-probs of each response under each of its contexts (view name -> ids), shape ``(T,)`` each."""
-        from tqdm.auto import tqdm
-
         from ocsd.replay.scoring import ScoreItem
 
         items = [ScoreItem(ctx, resp, key=None if keys is None else keys[i])
                  for i, (ctx, resp) in enumerate(zip(contexts, responses))]
-        out: list[dict[str, np.ndarray]] = []
-        chunk = 16
-        with tqdm(total=len(items), desc=desc, unit="step", disable=not progress, leave=False) as bar:
-            for start in range(0, len(items), chunk):
-                out += self.scorer.score(items[start:start + chunk], progress=False)
-                bar.update(len(items[start:start + chunk]))
-        return out
+        return self.scorer.score(items, progress=progress, desc=desc)
 
 
 def stored_residual_gap(tokens: pd.DataFrame, rescored: Mapping[tuple[str, int], np.ndarray]) -> float:
@@ -267,6 +261,21 @@ def scoring_device(device: str | None, settings: Mapping) -> str:
         return device
     wanted = str(settings.get("device") or "cpu")
     return wanted if not wanted.startswith("cuda") or torch.cuda.is_available() else "cpu"
+
+
+def checkpoint_rescorers(run: str | Path, ckpts: Sequence[Checkpoint], *, device: str | None = None,
+                         dtype: str | None = None) -> Iterator[tuple[Checkpoint, "Rescorer"]]:
+    """Each checkpoint with a :class:`Rescorer` of its weights, set up from the run's ``run.json``: its prompt
+    limit and token budget, and its device (:func:`scoring_device`) and dtype unless given. A model is loaded
+    again only when the weights change from one checkpoint to the next."""
+    settings = run_settings(run)
+    device, dtype = scoring_device(device, settings), dtype or str(settings.get("dtype") or "float32")
+    rescorer = None
+    for ckpt in ckpts:
+        if rescorer is None or rescorer.weights != ckpt.weights:
+            rescorer = Rescorer(ckpt.weights, env=str(ckpt.meta["env"]), max_prompt_length=settings.get("max_prompt_length"),
+                                device=device, dtype=dtype, token_budget=settings.get("scoring_token_budget"))
+        yield ckpt, rescorer
 
 
 def run_label(run: str | Path) -> str:

@@ -46,8 +46,8 @@ import pandas as pd
 
 from diagnostics.bootstrap import bootstrap_auroc, paired_delta_auroc
 from diagnostics.load import DiagnosticsError
-from diagnostics.rescore import (Checkpoint, Rescorer, check_bootstrap, parse_steps, rescoring_main, rescoring_parser,
-                                 run_checkpoints, run_label, run_settings, scoring_device, stored_residual_gap,
+from diagnostics.rescore import (Checkpoint, Rescorer, check_bootstrap, checkpoint_rescorers, parse_steps,
+                                 rescoring_main, rescoring_parser, run_checkpoints, run_label, stored_residual_gap,
                                  swapped_record)
 from diagnostics.stats import DegenerateInputWarning
 from ocsd.cli import emit, format_table, jsonable, output_folder
@@ -55,7 +55,8 @@ from ocsd.records import PROGRESS_LABELS
 from ocsd.replay.stored import stored_records
 from ocsd.replay.views import ReplayView, StepRecord, get_view
 
-__all__ = ["SwapScores", "assign_donors", "main", "select_targets", "swap_analysis", "swap_scores"]
+__all__ = ["SwapPlan", "SwapScores", "assign_donors", "main", "select_targets", "swap_analysis", "swap_plan",
+           "swap_scores"]
 
 CATEGORIES = PROGRESS_LABELS  # progress, no_progress, invalid
 
@@ -202,9 +203,48 @@ def _counts(frame: pd.DataFrame) -> dict:
     return {"n_steps": int(len(frame)), **{f"n_{c}": int((frame["category"] == c).sum()) for c in CATEGORIES}}
 
 
+@dataclass
+class SwapPlan:
+    """The evaluation steps of one checkpoint and their donors (:func:`swap_plan`).
+
+    Attributes
+    ----------
+    targets : pandas.DataFrame
+        :func:`select_targets`' rows.
+    donors : dict
+        ``(traj_uid, step_idx) -> donor observations`` of the targets with enough of them.
+    short : dict
+        ``(traj_uid, step_idx) -> candidates`` of the others.
+    records : dict
+        ``(traj_uid, step_idx) -> StepRecord`` of every target (:func:`ocsd.replay.stored.stored_records`).
+    """
+
+    targets: pd.DataFrame
+    donors: dict
+    short: dict
+    records: dict
+
+    def category(self, key: tuple[str, int]) -> str:
+        """The progress category of the target ``key``."""
+        row = self.targets[(self.targets["traj_uid"] == key[0]) & (self.targets["step_idx"] == key[1])]
+        return str(row["category"].iloc[0])
+
+
+def swap_plan(ckpt: Checkpoint, *, donors: int, per_category: int, seed: int, same_text: bool = True) -> SwapPlan:
+    """The targets and donors of a checkpoint, drawn by a generator seeded with ``[seed, global_step]``, so that
+    ``diagnostics.swap`` and ``diagnostics.audit`` evaluate the same steps with the same donors."""
+    rng = np.random.default_rng([seed, ckpt.global_step])
+    targets = select_targets(ckpt.steps, per_category, rng)
+    donor_obs, short = assign_donors(ckpt.steps, targets, donors, rng, same_text=same_text)
+    keys = [(str(u), int(k)) for u, k in zip(targets["traj_uid"], targets["step_idx"])]
+    records = stored_records(ckpt.steps, ckpt.tokens, ckpt.meta["env"], keys=keys,
+                             where=str(ckpt.folder / "replay" / "steps.parquet"))
+    return SwapPlan(targets, donor_obs, short, records)
+
+
 def checkpoint_swap(ckpt: Checkpoint, rescorer: Rescorer, *, donors: int, per_category: int, seed: int,
                     same_text: bool = True, progress: bool = True) -> tuple[pd.DataFrame, list[dict], list[str], float]:
-    """One checkpoint: targets, donors and the Full view's realized and swapped scores.
+    """One checkpoint: targets, donors (:func:`swap_plan`) and the Full view's realized and swapped scores.
 
     Returns
     -------
@@ -218,19 +258,14 @@ def checkpoint_swap(ckpt: Checkpoint, rescorer: Rescorer, *, donors: int, per_ca
     gap : float
         :func:`diagnostics.rescore.stored_residual_gap` of the re-scored realized residuals.
     """
-    rng = np.random.default_rng([seed, ckpt.global_step])
-    targets = select_targets(ckpt.steps, per_category, rng)
-    donor_obs, short = assign_donors(ckpt.steps, targets, donors, rng, same_text=same_text)
-    keys = [(str(u), int(k)) for u, k in zip(targets["traj_uid"], targets["step_idx"])]
-    records = stored_records(ckpt.steps, ckpt.tokens, ckpt.meta["env"], keys=keys,
-                             where=str(ckpt.folder / "replay" / "steps.parquet"))
-    scores = swap_scores(rescorer, records, donor_obs, progress=progress)
-    info = targets.set_index(["traj_uid", "step_idx"])
+    plan = swap_plan(ckpt, donors=donors, per_category=per_category, seed=seed, same_text=same_text)
+    scores = swap_scores(rescorer, plan.records, plan.donors, progress=progress)
+    info = plan.targets.set_index(["traj_uid", "step_idx"])
     rows = [{"global_step": ckpt.global_step, "checkpoint": ckpt.name, "traj_uid": u, "step_idx": k,
              "category": info.loc[(u, k), "category"], "operator": info.loc[(u, k), "operator"],
              "S_realized": r, "S_swapped": s} for (u, k), r, s in zip(scores.keys, scores.realized, scores.swapped)]
     short_rows = [{"global_step": ckpt.global_step, "traj_uid": u, "step_idx": k,
-                   "category": str(info.loc[(u, k), "category"]), "available": n} for (u, k), n in short.items()]
+                   "category": str(info.loc[(u, k), "category"]), "available": n} for (u, k), n in plan.short.items()]
     columns = ["global_step", "checkpoint", "traj_uid", "step_idx", "category", "operator", "S_realized", "S_swapped"]
     return (pd.DataFrame(rows, columns=columns), short_rows, scores.skipped,
             stored_residual_gap(ckpt.tokens, scores.residuals))
@@ -287,15 +322,8 @@ def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, d
     if higher not in ("progress", "invalid"):
         raise DiagnosticsError(f"--higher must be 'progress' or 'invalid', got {higher!r}")
     ckpts = run_checkpoints(run, ckpt_steps, model=model)
-    settings = run_settings(run)
-    device, dtype = scoring_device(device, settings), dtype or str(settings.get("dtype") or "float32")
     frames, short, unrendered, per_ckpt = [], [], [], []
-    rescorer, loaded = None, None
-    for ckpt in ckpts:
-        if ckpt.weights != loaded:
-            rescorer = Rescorer(ckpt.weights, env=ckpt.meta["env"], max_prompt_length=settings.get("max_prompt_length"),
-                                device=device, dtype=dtype, token_budget=settings.get("scoring_token_budget"))
-            loaded = ckpt.weights
+    for ckpt, rescorer in checkpoint_rescorers(run, ckpts, device=device, dtype=dtype):
         frame, ck_short, ck_skipped, gap = checkpoint_swap(ckpt, rescorer, donors=donors, per_category=per_category,
                                                            seed=seed, same_text=same_text, progress=progress)
         frames.append(frame)
@@ -310,8 +338,9 @@ def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, d
               "drop": swap_drop(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed), **_counts(steps),
               "n_trajectories": int(steps.groupby(["checkpoint", "traj_uid"]).ngroups),
               "n_insufficient_donors": len(short), "n_boot": n_boot, "ci": ci, "donors": donors,
-              "per_category": per_category, "donor_text": "any" if same_text else "differ", "seed": seed, "run": run_label(run), "model": loaded,
-              "device": device, "dtype": dtype, "checkpoints": [c.global_step for c in ckpts],
+              "per_category": per_category, "donor_text": "any" if same_text else "differ", "seed": seed,
+              "run": run_label(run), "model": rescorer.weights, "device": rescorer.device, "dtype": rescorer.dtype,
+              "checkpoints": [c.global_step for c in ckpts],
               "orientation": f"higher mean |e| predicts {higher}", "per_checkpoint": per_ckpt,
               "insufficient_donors": short, "unrendered": unrendered}
     return result, steps

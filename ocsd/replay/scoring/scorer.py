@@ -93,8 +93,9 @@ class ReplayScorer:
             raise ValueError("packed=True needs a full-attention model (no sliding-window layers)")
         self._parts = head_parts(model) if self.packed else None
 
-    def score(self, items: Sequence[ScoreItem], *, progress: bool | None = None) -> list[dict[str, np.ndarray]]:
-        """Score every view of every item.
+    def score(self, items: Sequence[ScoreItem], *, progress: bool | None = None,
+              desc: str = "replay scoring") -> list[dict[str, np.ndarray]]:
+        """Score every view of every item (``desc`` labels the progress bar).
 
         Returns
         -------
@@ -102,9 +103,10 @@ class ReplayScorer:
             One dict per item, view name -> float32 array of shape ``(len(response_ids),)``; views in
             ``item.given`` are returned unchanged (as float32), the others are scored.
         """
-        return self.submit(items, progress=progress).result()
+        return self.submit(items, progress=progress, desc=desc).result()
 
-    def submit(self, items: Sequence[ScoreItem], *, progress: bool | None = None) -> "PendingScores":
+    def submit(self, items: Sequence[ScoreItem], *, progress: bool | None = None,
+               desc: str = "replay scoring") -> "PendingScores":
         """Queue the forward passes of :meth:`score` and return without waiting for the device.
 
         On CUDA the batches' inputs are copied from pinned memory without blocking, so the host is
@@ -122,7 +124,7 @@ class ReplayScorer:
         from tqdm.auto import tqdm
 
         scored: list[tuple[Row, torch.Tensor]] = []
-        with torch.inference_mode(), tqdm(total=len(entries), desc="replay scoring", unit="seq",
+        with torch.inference_mode(), tqdm(total=len(entries), desc=desc, unit="seq",
                                           disable=not show, leave=False) as bar:
             for batch in batches:
                 if self.packed:
