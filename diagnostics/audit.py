@@ -202,7 +202,7 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
     from diagnostics.report import diagnose
 
     base, design = Design.of(baseline), Design.of(view, twin)
-    ckpts = run_checkpoints(run, ckpt_steps, default="all")
+    ckpts = run_checkpoints(run, ckpt_steps, model=model, default="all")
     env = str(ckpts[0].meta["env"])
     step_frames, token_frames, unrendered = [], [], []
     structure = {"checked": 0, "matched": 0, "method": "segments", "first_mismatch": None, "shows_observations": False}

@@ -283,6 +283,13 @@ def test_audit_one_observation_view_pairs_with_its_twin(frozen_run, tmp_path):
     assert "swap" not in result
 
 
+def test_audit_model_flag_replaces_the_checkpoints_weights(frozen_run, tmp_path):
+    other = str(frozen_run / "global_step_1" / "actor")
+    result = audit_mod.build_audit(frozen_run, "one_obs", tmp_path, ckpt_steps=[2], swap=False, n_boot=20,
+                                   model=other, progress=False)
+    assert result["weights"] == [other]
+
+
 def test_audit_bad_view_exits_2(frozen_run, capsys):
     assert audit_mod.main(["--run", str(frozen_run), "--view", "no.such:View"]) == 2
     assert "--view" in capsys.readouterr().err
