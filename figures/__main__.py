@@ -98,7 +98,6 @@ def _main(argv: Sequence[str] | None) -> int:
                         help="Fig. 2 bootstrap resamples (default 1000)")
     parser.add_argument("--seed", type=non_negative_int("--seed"), default=0,
                         help="Fig. 2 bootstrap and layout seed (default 0)")
-    parser.add_argument("--pdf", action="store_true", help="also write PDFs")
     parser.add_argument("--paper-reference", metavar="MODEL",
                         help="the paper's numbers of MODEL (Qwen3-1.7B, Qwen3-4B or Qwen3-8B) beside ours "
                              "(Table 1, Fig. 7; Fig. 2 marks the paper's AUROCs; Fig. 5 adds the paper's three "

@@ -151,21 +151,23 @@ def label_runs(runs: list[RunInfo], labels: Sequence[str] | None = None) -> list
     return [RunInfo(r.path, r.info, r.metrics, n) for r, n in zip(runs, names)]
 
 
-def figure_parser(prog: str, description: str, *, runs: str = "+") -> argparse.ArgumentParser:
-    """Parser with ``--run`` (repeatable), ``--out``, ``--pdf`` and ``--dpi`` (:func:`add_output_options`)."""
+def figure_parser(prog: str, description: str, *, runs: str = "+", run_help: str | None = None
+                  ) -> argparse.ArgumentParser:
+    """Parser with ``--run`` (repeatable; ``run_help`` replaces its help), ``--out``, ``--dpi`` and ``--pdf``
+    (:func:`add_output_options`)."""
     parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=description)
     parser.add_argument("--run", action="append", default=[], metavar="DIR",
-                        help="run folder (run.json, metrics.jsonl, global_step_N/); repeat to overlay several"
-                        if runs == "+" else "run folder")
+                        help=run_help or ("run folder (run.json, metrics.jsonl, global_step_N/); repeat to overlay "
+                                          "several" if runs == "+" else "run folder"))
     add_output_options(parser)
-    parser.add_argument("--pdf", action="store_true", help="also write a PDF next to each PNG")
     return parser
 
 
-def add_output_options(parser: argparse.ArgumentParser, *, dpi: bool = True) -> None:
-    """Add ``--out DIR`` (a folder, not a file) and, with ``dpi``, ``--dpi N`` (>= 1); bad values are
-    refused while parsing, before any work."""
+def add_output_options(parser: argparse.ArgumentParser, *, images: bool = True) -> None:
+    """Add ``--out DIR`` (a folder, not a file) and, with ``images``, ``--dpi N`` (>= 1) and ``--pdf``; bad values
+    are refused while parsing, before any work."""
     parser.add_argument("--out", type=output_folder, default="figures_out", metavar="DIR",
                         help="output folder (default figures_out)")
-    if dpi:
+    if images:
         parser.add_argument("--dpi", type=positive_int("--dpi"), default=150, help="PNG resolution (default 150)")
+        parser.add_argument("--pdf", action="store_true", help="also write a PDF next to each PNG")

@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from figures._common import FigureError, SkipFigure, add_output_options, check_run_dir, read_json_file
+from figures._common import FigureError, SkipFigure, check_run_dir, figure_parser, read_json_file
 from figures.drawing import add_caption, number, pyplot, save_figure
 from ocsd.cli import jsonable, run_main
 
@@ -407,11 +407,8 @@ def build(run_dirs: Sequence = (), out_dir="figures_out", *, swap_files: Sequenc
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog=f"python -m figures.{NAME}", description=__doc__.split("\n")[0])
-    parser.add_argument("--run", action="append", default=[], metavar="DIR",
-                        help=f"run folder with {SWAP_FILE} (python -m diagnostics.swap --run DIR); repeatable")
+    parser = figure_parser(f"figures.{NAME}", __doc__.split("\n")[0],
+                           run_help=f"run folder with {SWAP_FILE} (python -m diagnostics.swap --run DIR); repeatable")
     parser.add_argument("--swap", action="append", default=[], metavar="FILE",
                         help="a diagnostics.swap swap.json named directly (or its folder); repeatable")
     parser.add_argument("--per-checkpoint", action="store_true",
@@ -419,8 +416,6 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--paper-reference", action="store_true",
                         help="add the paper's settings (Qwen3-1.7B 0.803 -> 0.542, Qwen3-4B 0.668 -> 0.484, "
                              "Qwen3-8B 0.664 -> 0.552)")
-    add_output_options(parser)
-    parser.add_argument("--pdf", action="store_true", help="also write a PDF")
     args = parser.parse_args(argv)
     paths = build(args.run, args.out, swap_files=args.swap, per_checkpoint=args.per_checkpoint,
                   paper_reference=args.paper_reference, pdf=args.pdf, dpi=args.dpi)

@@ -160,7 +160,6 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--beta-default", type=float, default=0.5, help="beta held fixed in panel (a) (default 0.5)")
     parser.add_argument("--paper-reference", metavar="MODEL", help="add the paper's points (Qwen3-4B)")
     add_output_options(parser)
-    parser.add_argument("--pdf", action="store_true", help="also write a PDF")
     args = parser.parse_args(argv)
     paths = build(args.index, args.out, rho_default=args.rho_default, beta_default=args.beta_default,
                   paper_reference=args.paper_reference, pdf=args.pdf, dpi=args.dpi)

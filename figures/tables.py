@@ -335,7 +335,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m figures.tables", description=__doc__.split("\n")[0])
     parser.add_argument("--run", action="append", default=[], metavar="DIR", help="run folder (repeatable)")
     parser.add_argument("--index", metavar="JSON", help="a training.sweep index.json (or the sweep's output folder)")
-    add_output_options(parser, dpi=False)
+    add_output_options(parser, images=False)
     parser.add_argument("--format", default="both", choices=("md", "latex", "both"), help="files to write")
     parser.add_argument("--paper-reference", metavar="MODEL", help="add the paper's rows of MODEL (Qwen3-1.7B, "
                                                                    "Qwen3-4B or Qwen3-8B) below ours")
