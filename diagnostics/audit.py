@@ -62,7 +62,7 @@ from ocsd.cli import emit, fmt, format_table, jsonable, output_folder, positive_
 from ocsd.records import CHECKPOINT_COLUMN
 from ocsd.replay.render import RenderedStep
 from ocsd.replay.stored import stored_records
-from ocsd.replay.views import ReplayView, get_view, load_view
+from ocsd.replay.views import ABLATED_OBSERVATION, BLANK, ReplayView, get_view, load_view
 
 __all__ = ["Design", "audit", "main", "structural_match"]
 
@@ -114,7 +114,7 @@ def structural_match(steps: Sequence[RenderedStep], design: Design) -> dict:
     for s in steps:
         a, b = _outside_observations(s.views[v]), _outside_observations(s.views[t])
         shows = shows or any(seg.kind == "observation" and seg.text not in (
-            "Observation: not provided", "Observation: not provided\n\n") for seg in s.views[v].segments)
+            ABLATED_OBSERVATION, ABLATED_OBSERVATION + BLANK) for seg in s.views[v].segments)
         if a == b:
             matched += 1
         elif first is None:

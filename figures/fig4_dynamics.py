@@ -91,7 +91,7 @@ def _title(key: str) -> str:
 def paper_lines(runs: Sequence[RunInfo], model: str) -> dict[str, dict[str, float]]:
     """Validation key -> {run label: the paper's final success (a fraction)} of each run's method on ``model``;
     methods the paper's Table 1 does not have are left out."""
-    from figures.paper import MAIN_COLUMNS, PAPER_METHODS, main_results
+    from figures.paper import PAPER_METHODS, main_results
 
     names = {registry: paper for paper, registry in PAPER_METHODS.items() if registry}
     out: dict[str, dict[str, float]] = {}
@@ -100,7 +100,7 @@ def paper_lines(runs: Sequence[RunInfo], model: str) -> dict[str, dict[str, floa
         if paper_name is None:
             continue
         values = main_results(model, paper_name)
-        for column in MAIN_COLUMNS[:7]:
+        for column in (*TASK_ORDER, "overall"):
             key = VAL_OVERALL if column == "overall" else f"{VAL_PREFIX}{column}"
             out.setdefault(key, {})[run.label] = values[column].mean / 100
     return out
