@@ -147,12 +147,17 @@ def run_checkpoints(run: str | Path, steps: Sequence[int] | None, *, model: str 
     return out
 
 
-def run_settings(run: str | Path) -> dict:
-    """The run's config (``run.json``), empty when it has none this suite can read."""
+def _run_info(run: str | Path) -> dict:
+    """The run's ``run.json``, empty when it has none this suite can read."""
     try:
-        config = read_run_info(Path(run)).get("config")
+        return read_run_info(Path(run))
     except RecordError:
         return {}
+
+
+def run_settings(run: str | Path) -> dict:
+    """The run's config (``run.json``), empty when it has none this suite can read."""
+    config = _run_info(run).get("config")
     return config if isinstance(config, dict) else {}
 
 
@@ -280,10 +285,7 @@ def checkpoint_rescorers(run: str | Path, ckpts: Sequence[Checkpoint], *, device
 
 def run_label(run: str | Path) -> str:
     """The run's name from ``run.json``, else its folder name."""
-    try:
-        return str(read_run_info(Path(run)).get("run") or Path(run).name)
-    except RecordError:
-        return Path(run).name
+    return str(_run_info(run).get("run") or Path(run).name)
 
 
 def rescoring_parser(prog: str, description: str, *, ckpt_help: str) -> argparse.ArgumentParser:
