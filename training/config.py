@@ -126,11 +126,12 @@ class TrainConfig:
                                   "weights replace the model's before training (LoRA then trains on top)", None)
     # environment
     env: str = _doc("environment name", "alfworld")
-    data: str | None = _doc("where games come from: a real ALFWorld data folder (json_2.1.1 layout) or 'generated' "
-                            "(generated into games_dir); unset: $ALFWORLD_DATA, and without it no run starts", None)
-    games_dir: str = _doc("where generated games are kept (created on first use)", "checkpoints/games")
-    n_train_games: int = _doc("generated training games", 200, COUNT)
-    n_val_games: int = _doc("generated validation games", 36, COUNT)
+    data: str | None = _doc("where tasks come from: a real data folder (ALFWorld json_2.1.1 layout; Search-QA data "
+                            "set files; WebShop goals) or 'generated' (generated into games_dir); unset: "
+                            "$ALFWORLD_DATA for ALFWorld, and without it no run starts", None)
+    games_dir: str = _doc("where generated tasks are kept (created on first use)", "checkpoints/games")
+    n_train_games: int = _doc("generated training tasks", 200, COUNT)
+    n_val_games: int = _doc("generated validation tasks", 36, COUNT)
     task_types: str | None = _doc("comma-separated task types to train and validate on (ALFWorld: pick, look, clean, "
                                   "heat, cool, pick2); unset: all", None)
     train_split: str = _doc("split of real data used for training", "train")
@@ -139,6 +140,14 @@ class TrainConfig:
     history_length: int = _doc("observation/action pairs of history in the interaction prompt", 2, NON_NEGATIVE_INT)
     env_workers: int = _doc("worker processes stepping environments (0: in this process, fastest on 2 cores)", 0,
                             NON_NEGATIVE_INT)
+    # Search-R1's retrieval client: topk 3 and a 30 s timeout (SDAR agent_system/environments/env_package/search/
+    # third_party/skyrl_gym/tools/search.py:15,23)
+    retrieval_urls: str | None = _doc("Search-QA: comma-separated retrieval server URLs (Search-R1 protocol, POST "
+                                      "/retrieve), used in turn; unset: the built-in BM25 server", None)
+    retrieval_topk: int = _doc("Search-QA: passages returned per search", 3, COUNT)
+    retrieval_timeout: float = _doc("Search-QA: seconds to wait for a retrieval server", 30.0, POSITIVE)
+    webshop_url: str | None = _doc("WebShop: URL of a WebShop server (web_agent_site); unset: the built-in offline "
+                                   "shop", None)
     # SDAR verl/trainer/ppo/ray_trainer.py:200-217 (penalty on the step's own sample) and core_algos.py:113-174
     reward_mode: str = _doc("'sdar': each step scores 10*won minus its own invalid-action penalty, GRPO over "
                             "the group's step samples (SDAR's runs); 'trajectory': won minus every penalty of "

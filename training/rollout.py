@@ -55,6 +55,7 @@ class Trajectory:
     steps: list[StepSample] = field(default_factory=list)
     won: bool = False
     done: bool = False
+    score: float | None = None  # the environment's task score at the end, where it has one (WebShop)
 
     @property
     def n_malformed(self) -> int:
@@ -284,6 +285,8 @@ def rollout(
             sample.operator = res.operator
             traj.steps.append(sample)
             traj.won = traj.won or bool(res.won)
+            if res.score is not None:
+                traj.score = float(res.score)
             traj.done = bool(res.done)
             current[i] = (res.obs, list(res.admissible))
         bar.update(len(active))

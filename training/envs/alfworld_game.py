@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ocsd.environments.alfworld import ALFWORLD
+from training.envs.steps import Observation, StepResult
 from training.envs.alfworld_engine import (AlfworldDataError, close_engine, load_game, make_engine,
                                            memoized_translation)
 
@@ -91,42 +92,6 @@ class GameSpec:
         if self.task_type not in SHORT_TASK_TYPES:
             raise ValueError(f"GameSpec {self.path}: unknown task_type {self.task_type!r}; "
                              f"expected one of {SHORT_TASK_TYPES}")
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What an agent sees after ``reset``: task, task type, text and admissible commands."""
-
-    task: str
-    task_type: str
-    text: str
-    admissible: list[str]
-    game: str
-    split: str = ""
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """Outcome of one action.
-
-    ``reward`` is 1.0 on the winning step else 0.0 (the invalid-action penalty is the trainer's).
-    ``admissible`` are the next step's commands. ``active`` is False for an environment that was
-    already done before this call; such a result carries no observation and must not be recorded.
-    """
-
-    action: str
-    obs: str
-    reward: float
-    done: bool
-    won: bool
-    admissible: list[str]
-    feedback_label: str
-    progress_label: str
-    operator: str
-    action_admissible: bool
-    step: int
-    truncated: bool = False
-    active: bool = True
 
 
 @dataclass
