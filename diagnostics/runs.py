@@ -82,9 +82,12 @@ def validation_stats(rows: Sequence[Mapping]) -> dict[str, SeedStats]:
     -------
     dict
         Metrics key -> :class:`SeedStats` over the rows that carry it: every ``val/success/<type>``
-        key of any row (sorted), then ``val/success_rate``.
+        key of any row (sorted), then ``val/success_rate``, then the other numeric ``val/`` keys (sorted:
+        ``val/score`` of WebShop, ``val/em_id`` ... of Search-QA).
     """
     keys = sorted({k for r in rows for k in r if k.startswith(VAL_PREFIX)}) + [VAL_OVERALL]
+    keys += sorted({k for r in rows for k, v in r.items() if k.startswith("val/") and k not in keys
+                    and isinstance(v, (int, float)) and not isinstance(v, bool)})
     return {k: seed_stats(r[k] for r in rows if r.get(k) is not None) for k in keys}
 
 

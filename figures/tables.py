@@ -1,19 +1,28 @@
-"""Paper Table 1: validation success per task type and overall, mean ± std over seeds.
+"""The paper's result tables from the runs' validation rows, mean ± std over seeds.
 
-Each run contributes its last validation row (the last ``metrics.jsonl`` row with
-``val/success_rate``): overall success and ``val/success/<type>`` per task type, shown in percent.
-Runs are grouped by method (and by ``rho``/``beta`` where a method was run with several values);
-a cell is the mean over the group's seeds ± the sample standard deviation (ddof 1; only the mean
-for a single seed), both from :func:`diagnostics.runs.validation_stats`. The best mean of each
-column is bold, the second underlined (LaTeX) or italic (Markdown). Runs come from ``--run``
-folders or a sweep's ``index.json`` (``training.sweep``: a list of ``{method, seed, rho, beta,
-run_dir, status, returncode}``); sweep entries with a non-zero return code or a failed status, and
-runs without a validation row, are left out with a printed reason.
+Each run contributes its last validation row (the last ``metrics.jsonl`` row with ``val/success_rate``); runs
+are grouped by environment (``run.json``'s ``env``) and method (and by ``rho``/``beta`` where a method was run
+with several values). A cell is the mean over the group's seeds ± the sample standard deviation (ddof 1; only
+the mean for a single seed), from :func:`diagnostics.runs.validation_stats`, shown in percent. The best mean of
+each column is bold, the second underlined (LaTeX) or italic (Markdown). Runs come from ``--run`` folders or a
+sweep's ``index.json`` (``training.sweep``: a list of ``{method, seed, rho, beta, run_dir, status,
+returncode}``); sweep entries with a non-zero return code or a failed status, and runs without a validation
+row, are left out with a printed reason.
 
-When the runs include OCSD's ablations (``ocsd_no_ablated``, ``ocsd_random_select``, ``ocsd_all_steps``,
-``ocsd_no_sign``), a second table, ``table_ablation``, holds GRPO, OCSD and the ablations alone (the paper's
-ablation table with its per-type details); ``--paper-reference`` adds the paper's ablation rows, which exist
-for Qwen3-4B only (``tab:ablation_details``).
+Tables (each written only when its runs exist; an environment without runs is left out with a note):
+
+* ``table_main`` (paper ``tab:main_results``): ALFWorld success per task type and overall
+  (``val/success/<type>``, ``val/success_rate``); WebShop score and success (``val/score``,
+  ``val/success_rate``); any other environment but Search-QA, success per task type and overall.
+* ``table_searchqa`` (``tab:searchqa``): exact match in domain, out of domain and the micro-average
+  (``val/em_id``, ``val/em_ood``, ``val/em_avg``), and ``table_searchqa_details``
+  (``tab:search_qa_details``): exact match per data set (``val/success/<data set>``) and the average.
+* ``table_ablation`` (``tab:ablation``): when the runs include OCSD's ablations (``ocsd_no_ablated``,
+  ``ocsd_random_select``, ``ocsd_all_steps``, ``ocsd_no_sign``), GRPO, OCSD and the ablations alone with the
+  main table's columns.
+
+``--paper-reference MODEL`` adds the paper's rows of MODEL below ours (the ablation rows exist for Qwen3-4B
+only, ``tab:ablation_details``).
 
 Command::
 
@@ -23,8 +32,9 @@ Command::
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from diagnostics.runs import VAL_OVERALL, VAL_PREFIX, SeedStats, last_validation, validation_stats
 from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, add_output_options, check_paper_model,
@@ -32,17 +42,54 @@ from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, ad
 from ocsd.cli import run_main
 from ocsd.environments import get_environment
 
-__all__ = ["read_index", "collect", "aggregate", "paper_rows", "paper_ablation_rows", "to_markdown", "to_latex",
-           "build", "main"]
+__all__ = ["Column", "TableSpec", "read_index", "collect", "collect_by_env", "main_columns", "searchqa_columns",
+           "searchqa_detail_columns", "aggregate", "paper_rows", "to_markdown", "to_latex", "build", "main"]
 
 NAME = "table_main"
 ABLATION_NAME = "table_ablation"
+SEARCHQA_NAME = "table_searchqa"
+SEARCHQA_DETAILS_NAME = "table_searchqa_details"
 ABLATION_MODEL = "Qwen3-4B"
 """The one model of the paper's ablation tables."""
 TASK_NAMES = {"pick": "Pick", "look": "Look", "clean": "Clean", "heat": "Heat", "cool": "Cool", "pick2": "Pick2"}
 """ALFWorld task types in the paper's column order."""
 OVERALL = "Overall"
+SEARCHQA_DATASETS = {"nq": "NQ", "hotpotqa": "HotpotQA", "triviaqa": "TriviaQA", "popqa": "PopQA", "2wiki": "2Wiki",
+                     "musique": "MuSiQue", "bamboogle": "Bamboogle"}
+"""Search-QA data sets in the paper's column order (in domain first)."""
+VAL_SCORE = "val/score"
+"""Metrics key of the validation task score (WebShop), in [0, 1] as the success rates."""
 FAILED = {"failed", "error", "crashed", "killed", "timeout", "timed_out"}
+SEARCHQA = "searchqa"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table.
+
+    Attributes
+    ----------
+    name : str
+        Header.
+    key : str
+        Metrics key of the validation rows it reads.
+    paper : str or None
+        Column of the paper's table it matches (:mod:`figures.paper`), None when the paper has none.
+    """
+
+    name: str
+    key: str
+    paper: str | None = None
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table: its file name, its LaTeX label, what it shows, and the paper's table beside it."""
+
+    name: str
+    label: str
+    what: str
+    paper_values: Callable[[str, str], dict] | None = None
 
 
 def _display_name(env: str) -> str:
@@ -91,16 +138,17 @@ def _hyper(run: RunInfo, entry: dict | None, key: str):
     return config.get(key)
 
 
-def collect(runs: Sequence[RunInfo], entries: Sequence[dict | None] | None = None):
-    """Last validation row of each run, keyed by (method, rho, beta).
+def collect_by_env(runs: Sequence[RunInfo], entries: Sequence[dict | None] | None = None):
+    """Last validation row of each run, by environment and (method, rho, beta).
 
     Returns
     -------
     (dict, list of str)
-        ``{(method, rho, beta): [(seed, row), ...]}`` and the reasons for runs left out.
+        ``{env: {(method, rho, beta): [(seed, row), ...]}}`` (environments in the order first seen) and the
+        reasons for runs left out.
     """
     entries = entries or [None] * len(runs)
-    groups: dict[tuple, list] = {}
+    by_env: dict[str, dict[tuple, list]] = {}
     skipped = []
     for run, entry in zip(runs, entries):
         row = last_validation(run.metrics)
@@ -109,7 +157,24 @@ def collect(runs: Sequence[RunInfo], entries: Sequence[dict | None] | None = Non
             continue
         method = str((entry or {}).get("method") or run.method)
         key = (method, _hyper(run, entry, "rho"), _hyper(run, entry, "beta"))
-        groups.setdefault(key, []).append(((entry or {}).get("seed", run.seed), row))
+        env = str(run.info.get("env") or "alfworld")
+        by_env.setdefault(env, {}).setdefault(key, []).append(((entry or {}).get("seed", run.seed), row))
+    return by_env, skipped
+
+
+def collect(runs: Sequence[RunInfo], entries: Sequence[dict | None] | None = None):
+    """Last validation row of each run, keyed by (method, rho, beta) over all environments.
+
+    Returns
+    -------
+    (dict, list of str)
+        ``{(method, rho, beta): [(seed, row), ...]}`` and the reasons for runs left out.
+    """
+    by_env, skipped = collect_by_env(runs, entries)
+    groups: dict[tuple, list] = {}
+    for env_groups in by_env.values():
+        for key, rows in env_groups.items():
+            groups.setdefault(key, []).extend(rows)
     return groups, skipped
 
 
@@ -118,24 +183,65 @@ def _order(method: str):
     return (names.index(method), "") if method in names else (len(names), method)
 
 
-def aggregate(groups: dict) -> tuple[list[str], list[str], dict[str, dict[str, SeedStats]]]:
-    """Row labels, column names and cells (row label -> column -> :class:`diagnostics.runs.SeedStats`).
+def _typed_columns(types, names: dict, overall: Column | None, paper: bool = True) -> list[Column]:
+    """A column per task type (known ones in ``names``' order first) and the overall column."""
+    ordered = sorted(types, key=lambda t: (list(names).index(t), "") if t in names else (len(names), t))
+    cols = [Column(names.get(t, t), VAL_PREFIX + t, t if paper and t in names else None) for t in ordered]
+    return cols + ([overall] if overall is not None else [])
 
-    The seed statistics come from :func:`diagnostics.runs.validation_stats`. A method run with one
-    (rho, beta) is labelled by its name; with several, each row also names rho and beta.
+
+def _types(stats: Sequence[dict]) -> set:
+    return {k[len(VAL_PREFIX):] for s in stats for k in s if k.startswith(VAL_PREFIX) and s[k].n}
+
+
+def main_columns(env: str, stats: Sequence[dict]) -> list[Column]:
+    """Columns of ``env`` in the main table, from the seed statistics of its groups.
+
+    ALFWorld: success per task type and overall; WebShop: score and success; any other environment: success
+    per task type and overall, headed by its display name.
     """
-    keys = sorted(groups, key=lambda k: (_order(k[0]), str(k[1]), str(k[2])))
-    stats = {key: validation_stats([r for _, r in groups[key]]) for key in keys}
-    types = sorted({k[len(VAL_PREFIX):] for s in stats.values() for k in s if k.startswith(VAL_PREFIX)},
-                   key=lambda t: (list(TASK_NAMES).index(t), "") if t in TASK_NAMES else (len(TASK_NAMES), t))
-    columns = [TASK_NAMES.get(t, t) for t in types] + [OVERALL]
+    if env == "webshop":
+        return [Column("WebShop Score", VAL_SCORE, "webshop_score"),
+                Column("WebShop Succ.", VAL_OVERALL, "webshop_success")]
+    if env == "alfworld":
+        return _typed_columns(_types(stats), TASK_NAMES, Column(OVERALL, VAL_OVERALL, "overall"))
+    name = _display_name(env)
+    return [Column(f"{name} {c.name}", c.key) for c in
+            _typed_columns(_types(stats), {}, Column(OVERALL, VAL_OVERALL), paper=False)]
+
+
+def searchqa_columns(stats: Sequence[dict]) -> list[Column]:
+    """Search-QA exact match in domain, out of domain and the micro-average (``tab:searchqa``)."""
+    return [Column("ID", "val/em_id", "id"), Column("OOD", "val/em_ood", "ood"), Column("Avg.", "val/em_avg", "avg")]
+
+
+def searchqa_detail_columns(stats: Sequence[dict]) -> list[Column]:
+    """Search-QA exact match per data set (the paper's seven first, then others) and the average."""
+    return _typed_columns(_types(stats), SEARCHQA_DATASETS, Column("Avg.", "val/em_avg", "avg"))
+
+
+def aggregate(parts: Sequence[tuple[dict, list[Column]]]) -> tuple[list[str], list[Column], dict[str, dict]]:
+    """Row labels, columns and cells (row label -> column name -> :class:`diagnostics.runs.SeedStats`).
+
+    Parameters
+    ----------
+    parts : sequence of (groups, columns)
+        Per environment, its ``(method, rho, beta) -> [(seed, row), ...]`` groups and its columns; a method
+        without runs in an environment has empty cells there. A method run with one (rho, beta) is labelled by
+        its name; with several, each row also names rho and beta.
+    """
+    keys = sorted({k for groups, _ in parts for k in groups}, key=lambda k: (_order(k[0]), str(k[1]), str(k[2])))
     per_method = {m: sum(k[0] == m for k in keys) for m, _, _ in keys}
+    columns = [c for _, cols in parts for c in cols]
     cells, labels = {}, []
     for key in keys:
         method, rho, beta = key
         label = method_label(method) + (f" (rho={rho}, beta={beta})" if per_method[method] > 1 else "")
-        cells[label] = {TASK_NAMES.get(t, t): stats[key].get(VAL_PREFIX + t, SeedStats(())) for t in types}
-        cells[label][OVERALL] = stats[key][VAL_OVERALL]
+        row = {}
+        for groups, cols in parts:
+            stats = validation_stats([r for _, r in groups.get(key, [])])
+            row.update({c.name: stats.get(c.key, SeedStats(())) for c in cols})
+        cells[label] = row
         labels.append(label)
     return labels, columns, cells
 
@@ -145,7 +251,7 @@ def _ranks(labels, columns, cells) -> dict[tuple[str, str], int]:
     out = {}
     if len(labels) < 2:
         return out
-    for col in columns:
+    for col in (c.name for c in columns):
         means = sorted({round(cells[lab][col].mean, 10) for lab in labels if cells[lab][col].n}, reverse=True)
         for lab in labels:
             m = cells[lab][col]
@@ -163,13 +269,24 @@ def _text(cell: SeedStats, pm: str) -> str:
     return _number(100 * cell.mean, 100 * cell.std if cell.n > 1 else None, pm) if cell.n else "-"
 
 
-PAPER_COLUMNS = {**{name: kind for kind, name in TASK_NAMES.items()}, OVERALL: "overall"}
-"""Column of this table -> column of the paper's ``tab:main_results`` (:data:`figures.paper.MAIN_COLUMNS`)."""
+def _seeds(row: dict) -> int:
+    """Seeds of a row: the most any of its cells has."""
+    return max((c.n for c in row.values()), default=0)
 
 
-def paper_rows(model: str, labels: Sequence[str], columns: Sequence[str]) -> list[tuple[str, dict]]:
-    """The paper's ``tab:main_results`` rows of ``model`` for the methods among ``labels`` (all methods when
-    none of them is one of the paper's), as ``(label, {column: PaperValue})`` in the paper's row order.
+def paper_rows(model: str, labels: Sequence[str], columns: Sequence[Column], *,
+               values: Callable[[str, str], dict] | None = None,
+               methods: dict[str, str | None] | None = None) -> list[tuple[str, dict]]:
+    """The paper's rows of ``model`` for the methods among ``labels`` (all methods when none of them is one of
+    the paper's), as ``(label, {column name: PaperValue})`` in the paper's row order.
+
+    Parameters
+    ----------
+    values : callable, optional
+        ``values(model, paper method name) -> {paper column: PaperValue}`` (default
+        :func:`figures.paper.main_results`).
+    methods : dict, optional
+        The paper's row names -> registry names (default :data:`figures.paper.PAPER_METHODS`).
 
     Raises
     ------
@@ -179,36 +296,15 @@ def paper_rows(model: str, labels: Sequence[str], columns: Sequence[str]) -> lis
     from figures import paper
 
     check_paper_model(model)
-    ours = {method_label(m) for m in paper.PAPER_METHODS.values() if m} & {lab.split(" (rho=")[0] for lab in labels}
+    values = values or paper.main_results
+    methods = methods if methods is not None else paper.PAPER_METHODS
+    ours = {method_label(m) for m in methods.values() if m} & {lab.split(" (rho=")[0] for lab in labels}
     rows = []
-    for name, method in paper.PAPER_METHODS.items():
+    for name, method in methods.items():
         if ours and (method is None or method_label(method) not in ours):
             continue
-        values = paper.main_results(model, name)
-        rows.append((f"paper, {model}: {name}", {col: values[PAPER_COLUMNS[col]] for col in columns
-                                                 if col in PAPER_COLUMNS}))
-    return rows
-
-
-def _ablation_methods() -> dict[str, str]:
-    """Registry name -> the paper's row name of the ablation table (GRPO, the four ablations, OCSD)."""
-    from figures.paper import ABLATION_METHODS
-
-    return {method: name for name, method in ABLATION_METHODS.items()}
-
-
-def paper_ablation_rows(labels: Sequence[str], columns: Sequence[str]) -> list[tuple[str, dict]]:
-    """The paper's ablation rows (``tab:ablation_details``, Qwen3-4B) of the methods among ``labels``."""
-    from figures.paper import ablation_results
-
-    ours = {lab.split(" (rho=")[0] for lab in labels}
-    rows = []
-    for method, name in _ablation_methods().items():
-        if method_label(method) not in ours:
-            continue
-        values = ablation_results(name, detailed=True)
-        rows.append((f"paper, {ABLATION_MODEL}: {name}", {col: values[PAPER_COLUMNS[col]] for col in columns
-                                                          if col in PAPER_COLUMNS}))
+        got = values(model, name)
+        rows.append((f"paper, {model}: {name}", {c.name: got[c.paper] for c in columns if c.paper in got}))
     return rows
 
 
@@ -216,20 +312,21 @@ def _paper_text(value, pm: str) -> str:
     return "-" if value is None else _number(value.mean, value.std, pm)
 
 
-def to_markdown(labels, columns, cells, *, paper: Sequence[tuple[str, dict]] = ()) -> str:
+def to_markdown(labels, columns, cells, *, paper: Sequence[tuple[str, dict]] = (), notes: Sequence[str] = ()) -> str:
     """Markdown table (percent; best bold, second italic; ``n`` = seeds); ``paper`` rows (:func:`paper_rows`)
-    follow ours, unranked, with ``n`` = "paper"."""
+    follow ours, unranked, with ``n`` = "paper"; ``notes`` follow the table."""
     rank = _ranks(labels, columns, cells)
-    lines = ["| Method | n | " + " | ".join(columns) + " |", "|---|---:|" + "---:|" * len(columns)]
+    names = [c.name for c in columns]
+    lines = ["| Method | n | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
     for lab in labels:
         out = []
-        for col in columns:
+        for col in names:
             t = _text(cells[lab][col], " ± ")
             out.append({1: f"**{t}**", 2: f"*{t}*"}.get(rank.get((lab, col)), t))
-        lines.append(f"| {lab} | {cells[lab][OVERALL].n} | " + " | ".join(out) + " |")
+        lines.append(f"| {lab} | {_seeds(cells[lab])} | " + " | ".join(out) + " |")
     for lab, values in paper:
-        lines.append(f"| {lab} | paper | " + " | ".join(_paper_text(values.get(col), " ± ") for col in columns) + " |")
-    return "\n".join(lines)
+        lines.append(f"| {lab} | paper | " + " | ".join(_paper_text(values.get(col), " ± ") for col in names) + " |")
+    return "\n".join(lines + ([""] + [f"Note: {n}" for n in notes] if notes else []))
 
 
 def _latex_number(mean: float, std: float | None) -> str:
@@ -241,16 +338,17 @@ def _latex_escape(text: str) -> str:
     return text.replace("\\", r"\textbackslash{}").replace("&", r"\&").replace("%", r"\%").replace("_", r"\_")
 
 
-def to_latex(labels, columns, cells, *, caption: str = "Validation success (\\%) on ALFWorld, mean $\\pm$ std over "
-             "seeds.", label: str = "tab:main_results", paper: Sequence[tuple[str, dict]] = ()) -> str:
+def to_latex(labels, columns, cells, *, caption: str, label: str = "tab:main_results",
+             paper: Sequence[tuple[str, dict]] = ()) -> str:
     """LaTeX ``table`` with booktabs rules (best bold, second underlined); ``paper`` rows below a rule."""
     rank = _ranks(labels, columns, cells)
-    lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\begin{tabular}{l" + "c" * len(columns) + "}",
-             r"\toprule", "Method & " + " & ".join(rf"\textbf{{{_latex_escape(c)}}}" for c in columns) + r" \\",
+    names = [c.name for c in columns]
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\begin{tabular}{l" + "c" * len(names) + "}",
+             r"\toprule", "Method & " + " & ".join(rf"\textbf{{{_latex_escape(c)}}}" for c in names) + r" \\",
              r"\midrule"]
     for lab in labels:
         out = []
-        for col in columns:
+        for col in names:
             cell = cells[lab][col]
             t = "-" if not cell.n else _latex_number(100 * cell.mean, 100 * cell.std if cell.n > 1 else None)
             out.append({1: rf"\textbf{{{t}}}", 2: rf"\underline{{{t}}}"}.get(rank.get((lab, col)), t))
@@ -258,16 +356,61 @@ def to_latex(labels, columns, cells, *, caption: str = "Validation success (\\%)
     if paper:
         lines.append(r"\midrule")
     for lab, values in paper:
-        texts = [_latex_number(values[col].mean, values[col].std) if col in values else "-" for col in columns]
+        texts = [_latex_number(values[col].mean, values[col].std) if col in values else "-" for col in names]
         lines.append(r"\textit{" + _latex_escape(lab) + "} & " + " & ".join(texts) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{caption}}}", rf"\label{{{label}}}", r"\end{table}"]
     return "\n".join(lines)
 
 
+def _ablation_methods() -> dict[str, str]:
+    """Registry name -> the paper's row name of the ablation table (GRPO, the four ablations, OCSD)."""
+    from figures.paper import ABLATION_METHODS
+
+    return {method: name for name, method in ABLATION_METHODS.items()}
+
+
+def _ablation_values(model: str, name: str) -> dict:
+    from figures.paper import ablation_results
+
+    return ablation_results(name, detailed=True)
+
+
+def _tables() -> dict[str, TableSpec]:
+    from figures import paper
+
+    return {
+        NAME: TableSpec(NAME, "tab:main_results", "Validation success (\\%)", paper.main_results),
+        SEARCHQA_NAME: TableSpec(SEARCHQA_NAME, "tab:searchqa", "Search-QA exact match (\\%), in domain (NQ, "
+                                 "HotpotQA), out of domain and the micro-average", paper.searchqa_results),
+        SEARCHQA_DETAILS_NAME: TableSpec(SEARCHQA_DETAILS_NAME, "tab:search_qa_details", "Search-QA exact match "
+                                         "(\\%) per data set", paper.searchqa_details),
+        ABLATION_NAME: TableSpec(ABLATION_NAME, "tab:ablation", "Ablations: validation success (\\%)", _ablation_values),
+    }
+
+
+def _main_parts(by_env: dict, keep: Callable[[tuple], bool] = lambda key: True) -> list[tuple[dict, list[Column]]]:
+    """(groups, columns) of every environment of the main table (all but Search-QA), ALFWorld first."""
+    envs = sorted((e for e in by_env if e != SEARCHQA), key=lambda e: (e != "alfworld", e != "webshop", e))
+    parts = []
+    for env in envs:
+        groups = {k: rows for k, rows in by_env[env].items() if keep(k)}
+        if groups:
+            stats = [validation_stats([r for _, r in rows]) for rows in groups.values()]
+            parts.append((groups, main_columns(env, stats)))
+    return parts
+
+
+def _missing(by_env: dict, wanted: Sequence[str]) -> list[str]:
+    """Notes for the environments of a paper table that have no runs."""
+    return [f"{_display_name(e)} left out: no {_display_name(e)} run with a validation row." for e in wanted
+            if e not in by_env]
+
+
 def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", name: str = NAME,
           paper_reference: str | None = None) -> list[Path]:
-    """Collect the runs, print the Markdown table and write ``<name>.md`` / ``<name>.tex``; with
+    """Collect the runs, print each Markdown table and write ``<table>.md`` / ``<table>.tex``; with
     ``paper_reference`` (a model of the paper, e.g. ``Qwen3-4B``) the paper's rows of that model follow ours.
+    ``name`` is the main table's file name.
 
     Raises
     ------
@@ -278,6 +421,8 @@ def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", na
     """
     if fmt not in ("md", "latex", "both"):
         raise FigureError(f"--format must be md, latex or both, got {fmt!r}")
+    if paper_reference:
+        check_paper_model(paper_reference)
     entries: list = [None] * len(run_dirs)
     paths = list(run_dirs)
     skipped: list[str] = []
@@ -290,33 +435,49 @@ def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", na
             raise SkipFigure("no completed run in the sweep index: " + "; ".join(skipped))
         raise FigureError("no input: give --run DIR (repeatable) or --index OUT/index.json")
     runs = load_runs([check_run_dir(p) for p in paths])
-    groups, left = collect(runs, entries)
+    by_env, left = collect_by_env(runs, entries)
     for reason in skipped + left:
         print(f"tables: left out {reason}", file=sys.stderr)
-    if not groups:
+    if not by_env:
         raise SkipFigure("no run has a validation row (val/success_rate) in metrics.jsonl")
-    labels, columns, cells = aggregate(groups)
-    paper = paper_rows(paper_reference, labels, columns) if paper_reference else ()
-    envs = sorted({str(r.info.get("env")) for r in runs if r.info.get("env")})
-    env = _display_name(envs[0]) if len(envs) == 1 else "the benchmarks"
-    caption = f"Validation success (\\%) on {env}, mean $\\pm$ std over seeds."
-    if paper:
-        caption += f" Rows in italics: the paper's {paper_reference} (its Table 1)."
-    written = _write(Path(out_dir), name, labels, columns, cells, paper, fmt, caption, "tab:main_results")
-    ablations = {key: rows for key, rows in groups.items() if key[0] in _ablation_methods()}
-    if any(key[0] not in ("grpo", "ocsd") for key in ablations):
-        labels, columns, cells = aggregate(ablations)
-        paper = paper_ablation_rows(labels, columns) if paper_reference else ()
-        caption = f"Ablations: validation success (\\%) on {env}, mean $\\pm$ std over seeds."
+    specs, out_dir, written = _tables(), Path(out_dir), []
+
+    main_envs = " and ".join(_display_name(e) for e in by_env if e != SEARCHQA)
+
+    def table(spec: TableSpec, parts, notes, file_name: str | None = None, model: str | None = paper_reference,
+              methods=None) -> None:
+        labels, columns, cells = aggregate(parts)
+        paper = paper_rows(model, labels, columns, values=spec.paper_values, methods=methods) if model else ()
+        where = "" if spec.name in (SEARCHQA_NAME, SEARCHQA_DETAILS_NAME) else f" on {main_envs}"
+        caption = f"{spec.what}{where}, mean $\\pm$ std over seeds."
         if paper:
-            caption += f" Rows in italics: the paper's ablations ({ABLATION_MODEL}, its only ablated model)."
-        written += _write(Path(out_dir), ABLATION_NAME, labels, columns, cells, paper, fmt, caption, "tab:ablation")
+            caption += f" Rows in italics: the paper's {model}."
+        for note in notes:
+            print(f"tables: {file_name or spec.name}: {note}", file=sys.stderr)
+        written.extend(_write(out_dir, file_name or spec.name, labels, columns, cells, paper, fmt, caption,
+                              spec.label, notes))
+
+    main_parts = _main_parts(by_env)
+    if main_parts:
+        table(specs[NAME], main_parts, _missing(by_env, ("alfworld", "webshop")), name)
+    if SEARCHQA in by_env:
+        groups = by_env[SEARCHQA]
+        stats = [validation_stats([r for _, r in rows]) for rows in groups.values()]
+        table(specs[SEARCHQA_NAME], [(groups, searchqa_columns(stats))], [])
+        table(specs[SEARCHQA_DETAILS_NAME], [(groups, searchqa_detail_columns(stats))], [])
+    ablations = _ablation_methods()
+    parts = _main_parts(by_env, keep=lambda key: key[0] in ablations)
+    if any(key[0] not in ("grpo", "ocsd") for groups, _ in parts for key in groups):
+        methods = {name: method for method, name in ablations.items()}
+        table(specs[ABLATION_NAME], parts, _missing(by_env, ("alfworld", "webshop")),
+              model=ABLATION_MODEL if paper_reference else None, methods=methods)
     return written
 
 
-def _write(out_dir: Path, name: str, labels, columns, cells, paper, fmt: str, caption: str, label: str) -> list[Path]:
+def _write(out_dir: Path, name: str, labels, columns, cells, paper, fmt: str, caption: str, label: str,
+           notes: Sequence[str] = ()) -> list[Path]:
     """Print the Markdown table and write ``<name>.md`` and/or ``<name>.tex``."""
-    md = to_markdown(labels, columns, cells, paper=paper)
+    md = to_markdown(labels, columns, cells, paper=paper, notes=notes)
     print(md)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

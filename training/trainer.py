@@ -391,6 +391,9 @@ class Trainer:
                "calib/skipped_steps": len(scores.skipped)}
         for task_type in sorted({t.task_type for t in trajs}):
             row[f"success/{task_type}"] = float(np.mean([t.won for t in trajs if t.task_type == task_type]))
+        task_scores = [t.score for t in trajs if t.score is not None]
+        if task_scores:  # environments with a task score (WebShop)
+            row["score_mean"] = float(np.mean(task_scores))
         if self.spec.signal and len(scores.logp):
             e = token_signal(self.spec, inputs)[inputs.selected.unsqueeze(1) & inputs.mask]  # the update's signal
             q = calibration_signal(e)
@@ -406,7 +409,8 @@ class Trainer:
 
     def validate(self, step: int) -> dict:
         """Validation episodes, decoded as the config's ``val_*`` keys say (SDAR: sampled at temperature 0.4):
-        success rate overall and per task type (``val/...``)."""
+        success rate overall and per task type, and the other numbers of the environment's evaluation protocol
+        (``val/score`` of WebShop, ``val/em_id``, ``val/em_ood``, ``val/em_avg`` of Search-QA)."""
         from training.evaluate import EvalSampling, evaluation_episodes
 
         specs = self.games.validation(self.cfg.val_tasks)
@@ -415,6 +419,10 @@ class Trainer:
         row = {"val/success_rate": float(np.mean([t.won for t in trajs]))}
         for task_type in sorted({t.task_type for t in trajs}):
             row[f"val/success/{task_type}"] = float(np.mean([t.won for t in trajs if t.task_type == task_type]))
+        spec = get_environment(self.cfg.env)
+        scalars = {name: value for name, value in spec.load_runtime().metrics(trajs).items()
+                   if name in spec.evaluation.metrics and isinstance(value, (int, float)) and not isinstance(value, bool)}
+        row.update({f"val/{name}": float(value) for name, value in scalars.items() if f"val/{name}" not in row})
         return row
 
     def fit(self) -> Path:

@@ -19,22 +19,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "diagnostics"))
 from synth import make_checkpoint  # noqa: E402
 
 TASKS = ("pick", "look", "clean", "heat", "cool", "pick2")
+ENV_TASKS = {"alfworld": TASKS, "webshop": ("beauty", "electronics", "fashion", "food", "furniture"),
+             "searchqa": ("nq", "hotpotqa", "triviaqa", "popqa", "2wiki", "musique", "bamboogle")}
 PHASES = ("time/rollout", "time/old_logprob", "time/ref_logprob", "time/replay_scoring", "time/advantage",
           "time/update")
 
 
 def make_run(root, *, method: str = "ocsd", seed: int = 0, n_steps: int = 12, val_every: int | None = 4,
-             checkpoints=(), teacher: bool = False, rho: float = 0.2, beta: float = 0.5) -> Path:
-    """Write ``run.json``, ``metrics.jsonl`` and optional replay checkpoints under ``root``."""
+             checkpoints=(), teacher: bool = False, rho: float = 0.2, beta: float = 0.5, env: str = "alfworld") -> Path:
+    """Write ``run.json``, ``metrics.jsonl`` and optional replay checkpoints under ``root``.
+
+    Validation rows carry the keys of ``env``'s validation: success per task type (ALFWorld's types, WebShop's
+    categories, Search-QA's data sets) and overall, with ``val/score`` for WebShop and ``val/em_id``,
+    ``val/em_ood``, ``val/em_avg`` for Search-QA."""
     root = Path(root)
     writer = RunWriter(root)
-    writer.write_run_json({"run": root.name, "method": method, "env": "alfworld", "model": "none", "seed": seed,
+    tasks = ENV_TASKS[env]
+    writer.write_run_json({"run": root.name, "method": method, "env": env, "model": "none", "seed": seed,
                            "config": {"rho": rho, "beta": beta, "method": method, "seed": seed}})
     rng = np.random.default_rng([seed, *map(ord, method)])
     for step in range(1, n_steps + 1):
         row = {"step": step, "reward_mean": float(rng.normal(step / n_steps, 0.1)),
                "success_rate": float(rng.uniform(0, 1))}
-        row.update({f"success/{t}": float(rng.uniform(0, 1)) for t in TASKS})
+        row.update({f"success/{t}": float(rng.uniform(0, 1)) for t in tasks})
         row.update({k: float(rng.uniform(0.1, 2.0)) for k in PHASES})
         if method == "grpo":
             row.pop("time/replay_scoring")
@@ -43,7 +50,11 @@ def make_run(root, *, method: str = "ocsd", seed: int = 0, n_steps: int = 12, va
         row["time/step"] = sum(v for k, v in row.items() if k.startswith("time/"))
         if val_every and (step % val_every == 0 or step == n_steps):
             row["val/success_rate"] = float(rng.uniform(0, 1))
-            row.update({f"val/success/{t}": float(rng.uniform(0, 1)) for t in TASKS})
+            row.update({f"val/success/{t}": float(rng.uniform(0, 1)) for t in tasks})
+            if env == "webshop":
+                row["val/score"] = float(rng.uniform(row["val/success_rate"], 1))
+            if env == "searchqa":
+                row.update({f"val/em_{k}": float(rng.uniform(0, 1)) for k in ("id", "ood", "avg")})
             row["time/validation"] = 3.0
         writer.append_metrics(row)
     for step in checkpoints:

@@ -333,7 +333,9 @@ def test_ablation_table_holds_grpo_ocsd_and_the_ablations(runs, tmp_path, capsys
                 for m in ("ocsd_no_ablated", "ocsd_random_select") for seed in (0, 1)]
     argv = [x for d in [runs["ocsd0"], runs["grpo0"], *ablation] for x in ("--run", str(d))]
     assert tables.main([*argv, "--out", str(tmp_path), "--paper-reference", "Qwen3-1.7B"]) == 0
-    md = (tmp_path / "table_ablation.md").read_text().splitlines()
+    text = (tmp_path / "table_ablation.md").read_text()
+    assert "Note: WebShop left out: no WebShop run" in text
+    md = [line for line in text.splitlines() if line.startswith("|")]
     rows = [line.split("|")[1].strip() for line in md[2:]]
     ours = [r for r in rows if not r.startswith("paper")]
     assert set(ours) == {method_label(m) for m in ("grpo", "ocsd", "ocsd_no_ablated", "ocsd_random_select")}
@@ -405,3 +407,65 @@ def test_fig2_marks_the_papers_aurocs(fig2_result):
     assert list(line.get_xdata()) == [i for i, s in enumerate(signals) if s in FEEDBACK_AUROC]
     plain = next(a for a in fig2_diagnosis.draw(fig2_result).axes if a.get_gid() == "auroc")
     assert not any(artist.get_gid() == "paper" for artist in plain.lines)
+
+
+def _md_rows(text: str) -> dict[str, list[str]]:
+    """Row label -> cells of a Markdown table (header and rule left out)."""
+    lines = [line for line in text.splitlines() if line.startswith("|")][2:]
+    return {cells[0]: cells[1:] for cells in ([c.strip().strip("*") for c in line.strip("|").split("|")]
+                                              for line in lines)}
+
+
+def test_tables_of_the_three_benchmarks(tmp_path, capsys):
+    """ALFWorld and WebShop runs share the main table (WebShop's score and success beside ALFWorld's columns; a
+    method without a WebShop run has '-' there); Search-QA runs make the ID/OOD/Avg table and the per-data-set
+    table, each cell the mean ± std of the runs' last validation rows; the paper's rows come from its tables."""
+    from figures import paper
+    from tests.figures.runs import make_run
+
+    dirs = {(env, m, s): make_run(tmp_path / f"{env}_{m}_s{s}", method=m, seed=s, env=env)
+            for env in ("alfworld", "webshop", "searchqa") for m in ("grpo", "ocsd") for s in (0, 1)}
+    dirs.pop(("webshop", "grpo", 0)), dirs.pop(("webshop", "grpo", 1))
+    argv = [x for d in dirs.values() for x in ("--run", str(d))]
+    assert tables.main([*argv, "--out", str(tmp_path / "out"), "--paper-reference", "Qwen3-8B"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "out"
+    main = _md_rows((out / "table_main.md").read_text())
+    header = (out / "table_main.md").read_text().splitlines()[0]
+    assert header.endswith("| Overall | WebShop Score | WebShop Succ. |")
+    vals = {key: last_val(d) for key, d in dirs.items()}
+    score = [vals[("webshop", "ocsd", s)]["val/score"] for s in (0, 1)]
+    assert main["OCSD"][-2] == f"{100 * np.mean(score):.1f} ± {100 * np.std(score, ddof=1):.1f}"
+    assert main["GRPO"][-2:] == ["-", "-"] and main["GRPO"][0] == "2"
+    ours = paper.main_results("Qwen3-8B", "OCSD")
+    assert main["paper, Qwen3-8B: OCSD"][-2:] == [f"{ours[c].mean:.1f} ± {ours[c].std:.1f}"
+                                                   for c in ("webshop_score", "webshop_success")]
+    search = _md_rows((out / "table_searchqa.md").read_text())
+    em = [vals[("searchqa", "grpo", s)]["val/em_ood"] for s in (0, 1)]
+    assert search["GRPO"][2] == f"{100 * np.mean(em):.1f} ± {100 * np.std(em, ddof=1):.1f}"
+    ref = paper.searchqa_results("Qwen3-8B", "GRPO")
+    assert search["paper, Qwen3-8B: GRPO"][1:] == [f"{ref[c].mean:.1f} ± {ref[c].std:.1f}" for c in ("id", "ood", "avg")]
+    details = (out / "table_searchqa_details.md").read_text()
+    assert details.splitlines()[0] == ("| Method | n | NQ | HotpotQA | TriviaQA | PopQA | 2Wiki | MuSiQue | Bamboogle "
+                                       "| Avg. |")
+    musique = [vals[("searchqa", "ocsd", s)]["val/success/musique"] for s in (0, 1)]
+    assert _md_rows(details)["OCSD"][6] == f"{100 * np.mean(musique):.1f} ± {100 * np.std(musique, ddof=1):.1f}"
+    assert r"\label{tab:search_qa_details}" in (out / "table_searchqa_details.tex").read_text()
+    assert "Search-QA" not in (out / "table_main.tex").read_text()
+
+
+def test_tables_leave_out_environments_without_runs(tmp_path, capsys):
+    """Search-QA runs alone make only the Search-QA tables; WebShop runs alone make a main table of WebShop's
+    columns with a note that ALFWorld was left out."""
+    from tests.figures.runs import make_run
+
+    search = make_run(tmp_path / "sq", env="searchqa")
+    assert tables.main(["--run", str(search), "--out", str(tmp_path / "a")]) == 0
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        "table_searchqa.md", "table_searchqa.tex", "table_searchqa_details.md", "table_searchqa_details.tex"]
+    shop = make_run(tmp_path / "ws", env="webshop")
+    assert tables.main(["--run", str(shop), "--out", str(tmp_path / "b"), "--format", "md"]) == 0
+    text = (tmp_path / "b" / "table_main.md").read_text()
+    assert text.splitlines()[0] == "| Method | n | WebShop Score | WebShop Succ. |"
+    assert "Note: ALFWorld left out: no ALFWorld run with a validation row." in text
+    assert "ALFWorld left out" in capsys.readouterr().err
