@@ -1,0 +1,112 @@
+"""The veRL agent loop against a server manager that answers like a rollout server, on the real ALFWorld engine.
+
+The fake server manager answers each prompt with an admissible action read from the prompt (sometimes made
+inadmissible), as verl's ``LLMServerClient.generate`` answers with a ``TokenOutput``. The loop's outputs are
+compared with the single-device rollout of the same game answered by the same responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("verl")
+
+from omegaconf import OmegaConf  # noqa: E402
+
+from tests.diagnostics.acting import AdmissibleEngine  # noqa: E402
+
+
+class FakeServerManager:
+    """``generate(request_id, prompt_ids=..., sampling_params=...)`` -> a verl ``TokenOutput``."""
+
+    def __init__(self, tokenizer, seed: int = 0):
+        self.respond = AdmissibleEngine(p_invalid=0.3).responder(tokenizer, None, seed)
+        self.calls = []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.calls.append((request_id, list(prompt_ids), dict(sampling_params)))
+        await asyncio.sleep(0)
+        return TokenOutput(token_ids=self.respond([0], [list(prompt_ids)])[0])
+
+
+def verl_config(games_dir, **ocsd):
+    settings = dict(env="alfworld", data="generated", games_dir=str(games_dir), n_train_games=2, n_val_games=2,
+                    max_steps=4, history_length=1, max_prompt_length=1024, progress=False)
+    settings.update(ocsd)
+    return OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 1024, "response_length": 64}},
+                             "data": {}, "ocsd": settings})
+
+
+def make_loop(config, tokenizer, server):
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+
+    from training.verl.agent_loop import EnvironmentAgentLoop
+
+    return EnvironmentAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer,
+                                processor=None, dataset_cls=None, data_config=DictConfigWrap(config.data))
+
+
+def test_agent_loop_rows_match_the_single_device_rollout(alfworld_games, smollm2_tokenizer, no_user_data):
+    from ocsd.replay.prompts import PromptRenderer
+    from ocsd.replay.render import render_steps
+    from training.config import make_config
+    from training.envs.games import GameSource
+    from training.replay import step_record
+    from training.rollout import GenerationSettings, rollout
+    from training.verl.tasks import task_of_row, task_row
+
+    config = verl_config(alfworld_games)
+    cfg = make_config(dict(config.ocsd))
+    game = GameSource.from_config(cfg, train=False).valid[0]
+    row = task_row("alfworld", game, index=0, split="valid")
+    assert task_of_row(row) == ("alfworld", game)
+
+    server = FakeServerManager(smollm2_tokenizer, seed=5)
+    loop = make_loop(config, smollm2_tokenizer, server)
+    outputs = asyncio.run(loop.run({"temperature": 1.0, "top_p": 1.0}, **row, uid="g0", session_id=3))
+
+    reference = FakeServerManager(smollm2_tokenizer, seed=5).respond
+    env = GameSource.make_env([game], max_steps=4)
+    renderer = PromptRenderer(smollm2_tokenizer)
+    traj = rollout(None, smollm2_tokenizer, renderer, env, [{"uid": "g0_3", "group_uid": "g0"}], env_name="alfworld",
+                   history_length=1, max_prompt_length=1024, settings=GenerationSettings(), progress=False,
+                   respond=reference)[0]
+    env.close()
+
+    assert len(outputs) == len(traj.steps) >= 1 and len(server.calls) == len(traj.steps)
+    assert all(call[2] == {"temperature": 1.0, "top_p": 1.0} for call in server.calls)
+    rendered = dict(render_steps([step_record(traj, s, "alfworld") for s in traj.steps], ("full", "ablated"),
+                                 renderer, 1024)[0])
+    for k, (out, step) in enumerate(zip(outputs, traj.steps)):
+        extra = out.extra_fields
+        assert out.prompt_ids == step.prompt_ids and out.response_ids == step.response_ids
+        assert out.response_mask == [1] * len(step.response_ids)
+        assert (extra["ocsd_traj_uid"], extra["ocsd_group_uid"], extra["ocsd_step"]) == ("g0_3", "g0", k)
+        assert extra["ocsd_action"] == step.action and extra["ocsd_obs_next"] == step.obs_next
+        assert extra["ocsd_feedback_label"] == step.feedback_label and extra["ocsd_operator"] == step.operator
+        assert extra["ocsd_penalty"] == (0.0 if step.well_formed else 0.1)
+        assert extra["ocsd_view_ids"] == {name: rendered[k].contexts[name] for name in ("full", "ablated")}
+        assert out.reward_score == (10.0 if traj.won else 0.0)
+    # the Full view shows o_{k+1}, the Ablated one does not: their ids differ
+    assert outputs[0].extra_fields["ocsd_view_ids"]["full"] != outputs[0].extra_fields["ocsd_view_ids"]["ablated"]
+    assert {o.extra_fields["ocsd_feedback_label"] for o in outputs} <= {"valid", "invalid", "ambiguous"}
+
+
+def test_agent_loop_refuses_a_row_of_another_environment(alfworld_games, smollm2_tokenizer, no_user_data):
+    from training.config import ConfigError
+    from training.verl.tasks import TaskRowError, task_of_row
+
+    loop = make_loop(verl_config(alfworld_games), smollm2_tokenizer, FakeServerManager(smollm2_tokenizer))
+    with pytest.raises(TaskRowError, match="ocsd_task_class"):
+        task_of_row({"ocsd_env": "alfworld", "ocsd_task_class": "training.envs.alfworld:Nope", "ocsd_task": "{}"})
+    with pytest.raises(TaskRowError, match=r"lacks \['ocsd_env'"):
+        asyncio.run(loop.run({}, prompt=[]))
+    with pytest.raises(ConfigError, match="no top-level 'ocsd' section"):
+        make_loop(OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 8, "response_length": 8}},
+                                    "data": {}}), smollm2_tokenizer, None)
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) \['bogus'\]"):
+        make_loop(verl_config(alfworld_games, bogus=1), smollm2_tokenizer, None)

@@ -1,0 +1,15 @@
+"""The veRL backend: OCSD and its baselines through verl 0.9.1's public extension points (never a fork).
+
+Modules:
+
+- :mod:`~training.verl.tasks`: the suite's tasks as rows of a verl data set, and back;
+- :mod:`~training.verl.agent_loop`: :class:`~training.verl.agent_loop.EnvironmentAgentLoop`, a verl agent loop
+  that plays one episode of any registered environment through verl's rollout server and returns one output
+  per interaction step;
+- :mod:`~training.verl.checkpoint`: the checkpoint callback that writes the replay-score records beside every
+  verl checkpoint (``global_step_N/replay/``);
+- :mod:`~training.verl.plugin`: the registration that the ``verl.plugins`` entry point (or
+  ``VERL_USE_EXTERNAL_MODULES=training.verl.plugin``) loads in every process that imports verl.
+
+Importing this package imports nothing of verl; each module imports verl itself.
+"""
