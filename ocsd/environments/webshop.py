@@ -1,4 +1,4 @@
-"""WebShop: shopping on a simulated e-commerce site (template, parser, schemas and lexicon; no engine yet).
+"""WebShop: shopping on a simulated e-commerce site (template, parser, schemas, lexicon, labels).
 
 Interaction template: the paper's table "Interaction Prompt on WebShop", verbatim (its
 ``{available_actions}`` placeholder is named ``{admissible_actions}`` here, as in ALFWorld). The replay
@@ -13,19 +13,27 @@ tabs (``description``, ``features``, ``reviews``, ``attributes``) carry no entit
 ``click[an option]``. The verb keeps its original case (``Search[...]`` -> ``Search[a query]``); an empty
 argument (``search[]``) does not parse.
 
-Step cap 15; evaluation reports the environment's task score and the success rate (paper appendix
-"Evaluation Protocol"). The runtime is not implemented yet.
+Labels: a step is ``invalid`` when the action is not available on the page (the engine answers
+"Nothing happens: ..."), ``progress`` when it reaches a page state not seen earlier in the episode; the
+operator is the verb before the bracket (``search``, ``click``).
+
+Task types are WebShop's five product categories. Step cap 15; evaluation reports the environment's task
+score (mean purchase reward in [0, 1]; tables show it in percent) and the success rate (score 1), overall
+and per category (paper appendix "Evaluation Protocol"). The runtime is :data:`training.envs.webshop_runtime.RUNTIME`.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from ocsd.environments.formats import TaggedOutput, action_history_fields, bracket_command
+from ocsd.environments.labels import StepLabels
 from ocsd.environments.lexicon import CONNECTIVES, STATE_WORDS, Lexicon, inflect
 from ocsd.environments.spec import EnvironmentSpec, EvaluationProtocol, normalise_action, register_environment
 
-__all__ = ["REPLAY_WORDING", "TEMPLATE", "WEBSHOP", "WEBSHOP_FIXED_CLICKS", "action_rule"]
+__all__ = ["CATEGORIES", "REPLAY_WORDING", "TEMPLATE", "WEBSHOP", "WEBSHOP_FIXED_CLICKS", "BracketLabels",
+           "action_rule"]
 
 TEMPLATE = (
     "You are an expert autonomous agent operating in the WebShop e-commerce environment.\n"
@@ -51,6 +59,21 @@ WEBSHOP_FIXED_CLICKS = frozenset({
     "back to search", "next >", "< prev", "buy now", "description", "features", "reviews", "attributes",
 })
 """WebShop clickables that name a page control rather than an entity; kept verbatim in schemas."""
+
+CATEGORIES = ("beauty", "electronics", "fashion", "food", "furniture")
+"""WebShop's five product categories (Yao et al., 2022, section 3): the task types."""
+
+
+@dataclass(frozen=True)
+class BracketLabels(StepLabels):
+    """Labels of ``verb[argument]`` actions: the operator is the verb before the bracket."""
+
+    def operator_of(self, action: str) -> str:
+        """``click[buy now]`` -> ``"click"`` when ``click`` is an operator, else ``"other"``."""
+        parsed = bracket_command(normalise_action(action))
+        verb = parsed[0].lower() if parsed else ""
+        return verb if verb in self.operators else "other"
+
 
 _ASIN = re.compile(r"^[a-z0-9]{10}$")
 
@@ -98,7 +121,10 @@ WEBSHOP = register_environment(EnvironmentSpec(
     output_parser=TaggedOutput(("action",)),
     action_rule=action_rule,
     lexicon=lexicon,
+    labels=BracketLabels(operators=("search", "click")),
+    task_types=CATEGORIES,
     max_steps=15,
-    evaluation=EvaluationProtocol(splits=("test",), metrics=("score", "success_rate")),
+    evaluation=EvaluationProtocol(splits=("test",), metrics=("score", "success_rate", "per_type")),
+    runtime="training.envs.webshop_runtime:RUNTIME",
 ))
-"""The WebShop entry (no runtime yet)."""
+"""The WebShop entry."""

@@ -108,7 +108,7 @@ def test_success_metrics_against_counting():
     (["--ckpt", "tiny", "--out"], "--out-file"),
     (["--ckpt", "tiny", "--data", "/no/such/data"], "--data"),
     (["--ckpt", "tiny", "lr=-1"], "lr"),
-    (["--ckpt", "tiny", "--env", "webshop"], "no runtime"),
+    (["--ckpt", "tiny", "--env", "searchqa"], "no runtime"),
 ])
 def test_flag_errors_exit_2(argv, message, capsys):
     assert main(argv) == 2
@@ -129,7 +129,7 @@ def test_cli_missing_split_has_no_traceback(tmp_path):
 
 
 @pytest.mark.parametrize("env,message", [("minecraft", "env: unknown 'minecraft'; known: alfworld, webshop, searchqa"),
-                                         ("webshop", "env: environment 'webshop' (WebShop) has no runtime")])
+                                         ("searchqa", "env: environment 'searchqa' (Search-QA) has no runtime")])
 def test_config_env_is_a_registered_environment_with_a_runtime(env, message):
     from training.config import ConfigError, make_config
 

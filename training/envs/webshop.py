@@ -1,0 +1,76 @@
+"""``python -m training.envs.webshop {generate,serve,play}``: the offline WebShop from the command line.
+
+* ``generate``: write the generated catalogue and goals of a seed into ``games_dir`` (as a run with
+  ``data=generated`` would on first use) and print where.
+* ``serve``: run the built-in WebShop server (WebShop's routes, :mod:`training.envs.webshop_server`) over
+  the generated catalogue or the one built around the real goals (``--data DIR``), until interrupted; point
+  ``webshop_url`` at it.
+* ``play``: play the expert's demonstration of the first ``--tasks`` validation tasks, printing each
+  step's action, labels and the final score (a check of the site and reward).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import types
+
+from training.envs.webshop_tasks import WebshopDataError, WebshopSource
+
+
+def _config(args) -> types.SimpleNamespace:
+    return types.SimpleNamespace(webshop_url=None, data=args.data, games_dir=args.games_dir, seed=args.seed,
+                                 n_train_games=args.n_train, n_val_games=args.n_val, task_types=None)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m training.envs.webshop", description=__doc__.split("\n\n")[0])
+    p.add_argument("command", choices=("generate", "serve", "play"))
+    p.add_argument("--data", default="generated", help="'generated' or a folder/file of real WebShop goals")
+    p.add_argument("--games-dir", default="checkpoints/games", help="where generated tasks are kept")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-train", type=int, default=200, help="generated training goals")
+    p.add_argument("--n-val", type=int, default=36, help="generated validation goals")
+    p.add_argument("--port", type=int, default=3000, help="serve: port on 127.0.0.1")
+    p.add_argument("--tasks", type=int, default=3, help="play: tasks to play")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    for name in ("n_train", "n_val", "tasks"):
+        if getattr(args, name) < 1:
+            print(f"error: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
+            return 2
+    try:
+        source = WebshopSource.from_config(_config(args), train=args.data == "generated")
+    except WebshopDataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "generate":
+        print(source.origin.split(":", 1)[1])
+        return 0
+    if args.command == "serve":
+        from training.envs.webshop_server import serve
+
+        shop = source.valid[0].shop
+        print(f"WebShop at http://127.0.0.1:{args.port} (sessions fixed_0 ... fixed_{len(source.valid) - 1})",
+              file=sys.stderr)
+        serve(shop, [t.goal for t in source.valid], port=args.port)
+        return 0
+    from training.envs.webshop_runtime import demonstration
+
+    for task in source.validation(args.tasks):
+        env = source.make_env([task], max_steps=15)
+        print(f"{task.game} [{task.task_type}] {env.reset()[0].task}")
+        for action, _ in demonstration(task):
+            r = env.step([action])[0]
+            print(f"  {action:<60} {r.feedback_label:<9} {r.progress_label}")
+            if r.done:
+                print(f"  score {r.score:.3f}  won {r.won}")
+                break
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
