@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from ocsd.algorithm.advantages import protocol_advantages
+from ocsd.algorithm.methods import MethodSpec, TokenInputs
 from ocsd.algorithm.signals import select_steps, step_nll
 from training.config import TrainConfig
 from training.policy import Policy, timed
@@ -68,7 +69,7 @@ def batch_statistics(policy: Policy, trajs: list[Trajectory], step: int, *, sele
     ----------
     policy : Policy
     trajs : list of Trajectory
-        The batch, groups of G consecutive rollouts of one task.
+        The batch; rollouts of one task share a ``group_uid``.
     step : int
         Training step (seeds the selection of ``selection="random"``).
     selection : {"top", "random", "all"}
@@ -78,24 +79,81 @@ def batch_statistics(policy: Policy, trajs: list[Trajectory], step: int, *, sele
     timings : dict
         Seconds per phase, added to.
     """
-    keys = [(t, s.step_idx) for t, traj in enumerate(trajs) for s in traj.steps]
+    keys = step_keys(trajs)
+    with timed(timings, "time/old_logprob"):
+        old_logp, mask = policy.logprobs([(trajs[t].steps[k].prompt_ids, trajs[t].steps[k].response_ids)
+                                          for t, k in keys])
+    with timed(timings, "time/advantage"):
+        return step_statistics(trajs, old_logp, mask, reward_mode=policy.cfg.reward_mode,
+                               invalid_penalty=policy.cfg.invalid_action_penalty, selection=selection, rho=rho,
+                               generator=policy.rng(step, 3))
+
+
+def step_keys(trajs: Sequence[Trajectory]) -> list[StepKey]:
+    """The (trajectory, step) key of every step, in (trajectory, step) order: the rows of a batch."""
+    return [(t, s.step_idx) for t, traj in enumerate(trajs) for s in traj.steps]
+
+
+def step_statistics(trajs: Sequence[Trajectory], old_logp: torch.Tensor, mask: torch.Tensor, *, reward_mode: str,
+                    invalid_penalty: float, selection: str, rho: float, generator) -> BatchStatistics:
+    """:class:`BatchStatistics` of a batch from its old-policy log-probs, whichever trainer computed them.
+
+    Step rewards and GRPO advantages under ``reward_mode`` (:func:`ocsd.algorithm.advantages.protocol_advantages`,
+    groups by ``group_uid``), step NLL and the selection of paper Algorithm 1.
+
+    Parameters
+    ----------
+    trajs : sequence of Trajectory
+    old_logp, mask : torch.Tensor
+        (S, T) log-probs of each step's response and its mask, rows in :func:`step_keys` order.
+    reward_mode : str
+        ``sdar`` or ``trajectory`` (:data:`training.config.REWARD_MODES`).
+    invalid_penalty : float
+        Penalty of a step whose output has no well-formed action.
+    selection, rho
+        As :func:`batch_statistics`.
+    generator : numpy.random.Generator or torch.Generator
+        Randomness of ``selection="random"``.
+    """
+    keys = step_keys(trajs)
+    if old_logp.shape[0] != len(keys):
+        raise ValueError(f"old_logp has {old_logp.shape[0]} rows for {len(keys)} steps")
     pairs = [(trajs[t].steps[k].prompt_ids, trajs[t].steps[k].response_ids) for t, k in keys]
     traj_of_row = np.array([t for t, _ in keys], dtype=np.int64)
-    groups = torch.tensor([int(tr.group_uid.split("_t")[-1]) for tr in trajs])
-    with timed(timings, "time/advantage"):
-        protocol = protocol_advantages(
-            torch.tensor([tr.won for tr in trajs], dtype=torch.bool),
-            torch.tensor([not trajs[t].steps[k].well_formed for t, k in keys], dtype=torch.bool),
-            torch.from_numpy(traj_of_row), groups, mode=policy.cfg.reward_mode,
-            invalid_penalty=policy.cfg.invalid_action_penalty)
-    with timed(timings, "time/old_logprob"):
-        old_logp, mask = policy.logprobs(pairs)
-    with timed(timings, "time/advantage"):
-        nll = step_nll(old_logp.double(), mask)
-        selected = select_steps(nll, torch.from_numpy(traj_of_row), rho, mode=selection,
-                                generator=policy.rng(step, 3))
+    group_ids: dict[str, int] = {}
+    groups = torch.tensor([group_ids.setdefault(tr.group_uid, len(group_ids)) for tr in trajs])
+    protocol = protocol_advantages(
+        torch.tensor([tr.won for tr in trajs], dtype=torch.bool),
+        torch.tensor([not trajs[t].steps[k].well_formed for t, k in keys], dtype=torch.bool),
+        torch.from_numpy(traj_of_row), groups, mode=reward_mode, invalid_penalty=invalid_penalty)
+    nll = step_nll(old_logp.double(), mask)
+    selected = select_steps(nll, torch.from_numpy(traj_of_row), rho, mode=selection, generator=generator)
     return BatchStatistics(keys, pairs, traj_of_row, protocol.rewards.numpy(), protocol.advantages.numpy(),
                            protocol.returns.numpy(), old_logp, mask, nll, selected)
+
+
+def token_inputs(spec: MethodSpec, stats: BatchStatistics, scores: ReplayScores,
+                 teacher_logp: torch.Tensor | None = None) -> TokenInputs:
+    """The per-token inputs of ``spec``'s advantages: GRPO step advantages, the Student (old-policy), Full and
+    Ablated log-probs of the scored steps, the selection and the teacher's log-probs (baselines).
+
+    A selected step that could not be scored (its views exceed the prompt length) keeps the plain GRPO
+    advantage when the method uses the residual signal.
+    """
+    old_logp, width = stats.old_logp, stats.old_logp.shape[1]
+    views = {name: torch.zeros_like(old_logp) for name in ("full", "ablated")}
+    scored = torch.zeros(len(stats.keys), dtype=torch.bool)
+    for i, key in enumerate(stats.keys):
+        got = scores.logp.get(key)
+        if got is None:
+            continue
+        scored[i] = True
+        for name in views:
+            if name in got:
+                views[name][i, : len(got[name])] = torch.from_numpy(got[name][:width])
+    return TokenInputs(adv=torch.from_numpy(stats.advantages).float(), mask=stats.mask,
+                       selected=stats.selected & scored if spec.signal else stats.selected, logp_student=old_logp,
+                       logp_full=views["full"], logp_ablated=views["ablated"], logp_teacher=teacher_logp)
 
 
 def step_tasks(policy: Policy, step: int) -> list:

@@ -42,14 +42,14 @@ import torch
 from tqdm.auto import tqdm
 
 from ocsd.algorithm.advantages import linear_decay
-from ocsd.algorithm.methods import MethodSpec, TokenInputs, get_method, token_advantages, token_signal
+from ocsd.algorithm.methods import MethodSpec, get_method, token_advantages, token_signal
 from ocsd.algorithm.signals import calibration_signal
 from ocsd.environments import get_environment
 from ocsd.records import (LOCK_FILE, METRICS_FILE, RECORDED_VIEWS, RUN_FILE, RecordError, RunLock,
                           RunWriter, checkpoint_dirs, checkpoint_folders, read_run_info, write_replay)
 from training.config import TrainConfig
 from training.engines import response_token_count
-from training.pipeline import collect_batch, record_tables, replay_meta, score_selected, step_tasks
+from training.pipeline import collect_batch, record_tables, replay_meta, score_selected, step_tasks, token_inputs
 from training.policy import Policy, load_policy, timed, write_actor
 from training.replay import ReplayScores, StepKey
 from training.envs.runtime import step_share
@@ -317,8 +317,7 @@ class Trainer:
                 with timed(timings, "time/teacher_logprob"):
                     teacher_logp = self._teacher_logp(trajs, keys)
             with timed(timings, "time/advantage"):
-                inputs = self._token_inputs(keys, stats.advantages, old_logp, mask,
-                                            stats.selected, scores, teacher_logp)
+                inputs = token_inputs(spec, stats, scores, teacher_logp)
                 token_adv = token_advantages(spec, inputs, beta=cfg.beta,
                                              rlsd_lambda=linear_decay(step, cfg.rlsd_lambda, cfg.rlsd_warmdown_steps),
                                              rlsd_clip_eps=cfg.rlsd_clip_eps)
@@ -347,25 +346,6 @@ class Trainer:
         row.update({name: 0.0 for name in REQUIRED_TIMINGS})
         row.update(timings)
         return row
-
-    def _token_inputs(self, keys, adv_rows, old_logp, mask, selected, scores: ReplayScores, teacher_logp):
-        width = old_logp.shape[1]
-        views = {}
-        for name in ("full", "ablated"):
-            views[name] = torch.zeros_like(old_logp)
-        scored = torch.zeros(len(keys), dtype=torch.bool)
-        for i, key in enumerate(keys):
-            got = scores.logp.get(key)
-            if got is None:
-                continue
-            scored[i] = True
-            for name in views:
-                if name in got:
-                    views[name][i, : len(got[name])] = torch.from_numpy(got[name][:width])
-        # selected steps that could not be rendered (prompt too long) keep the plain GRPO advantage
-        return TokenInputs(adv=torch.from_numpy(adv_rows).float(), mask=mask, selected=selected & scored
-                           if self.spec.signal else selected, logp_student=old_logp, logp_full=views["full"],
-                           logp_ablated=views["ablated"], logp_teacher=teacher_logp)
 
     def _lr(self, step: int) -> float:
         warm = int(self.cfg.warmup_ratio * self.cfg.total_steps)
