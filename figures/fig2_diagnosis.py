@@ -207,9 +207,13 @@ def _paper_auroc(ax, signals: list[str]) -> None:
     from figures.paper import FEEDBACK_AUROC
 
     xs = [i for i, s in enumerate(signals) if s in FEEDBACK_AUROC]
-    ax.plot(xs, [FEEDBACK_AUROC[signals[i]].mean for i in xs], linestyle="none", marker="D", color="black",
-            markersize=6, label="paper", gid="paper", zorder=5)
-    ax.legend(fontsize=7, loc="lower right", frameon=False)
+    values = [FEEDBACK_AUROC[signals[i]].mean for i in xs]
+    ax.plot(xs, values, linestyle="none", marker="D", color="black", markersize=6, label="paper", gid="paper",
+            zorder=5)
+    if values:  # the axis holds the paper's values too
+        low, high = ax.get_ylim()
+        ax.set_ylim(min(low, min(values) - 0.02), max(high, max(values) + 0.02))
+    ax.legend(fontsize=7, loc="best", frameon=False)
 
 
 def write_panels(report: dict, out_dir, *, dpi: int = 120) -> dict[str, str]:

@@ -405,6 +405,8 @@ def test_fig2_marks_the_papers_aurocs(fig2_result):
     signals = list(fig2_result["auroc"]["signals"])
     assert list(line.get_ydata()) == [FEEDBACK_AUROC[s].mean for s in signals if s in FEEDBACK_AUROC]
     assert list(line.get_xdata()) == [i for i, s in enumerate(signals) if s in FEEDBACK_AUROC]
+    low, high = ax.get_ylim()  # every diamond inside the axis, whatever our bars' range
+    assert all(low < y < high for y in line.get_ydata())
     plain = next(a for a in fig2_diagnosis.draw(fig2_result).axes if a.get_gid() == "auroc")
     assert not any(artist.get_gid() == "paper" for artist in plain.lines)
 
