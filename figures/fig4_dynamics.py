@@ -169,6 +169,11 @@ def build(run_dirs: Sequence, out_dir, *, labels: Sequence[str] | None = None, n
         if not any(VAL_OVERALL in row for row in r.metrics):
             print(f"{name}: {r.label} ({r.path}) has no validation rows; training panels only", file=sys.stderr)
     paper = paper_lines(runs, paper_reference) if paper_reference else None
+    if paper is not None:  # the paper's lines belong to validation panels only
+        paper = {key: lines for key, lines in paper.items() if key in panels}
+        if not paper:
+            print(f"{name}: no validation panel, so the paper's final success (--paper-reference) is not drawn",
+                  file=sys.stderr)
     fig = draw(panels, paper=paper, paper_model=paper_reference or "")
     add_caption(fig, runs_caption(runs) + (f"; dashed: the paper's final validation success on {paper_reference} "
                                            f"(Table 1)" if paper else ""))

@@ -142,6 +142,10 @@ def test_fig4_without_validation_rows_draws_training_only(no_val_run, tmp_path, 
     assert fig4_dynamics.main(["--run", str(no_val_run), "--out", str(tmp_path), "--label", "mine"]) == 0
     assert "has no validation rows; training panels only" in capsys.readouterr().err
     assert_png(tmp_path / "fig4_dynamics.png")
+    # the paper's final success is a validation number: without validation panels it is not drawn, and said so
+    assert fig4_dynamics.main(["--run", str(no_val_run), "--out", str(tmp_path), "--paper-reference", "Qwen3-4B"]) == 0
+    assert "no validation panel, so the paper's final success (--paper-reference) is not drawn" in \
+        capsys.readouterr().err
 
 
 def test_fig4_skips_a_run_without_metrics(tmp_path, capsys):
