@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 
 from training.envs.alfworld import SHORT_TASK_TYPES, AlfworldBatchEnv, GameSpec, generate_games, load_games
 from training.envs.alfworld_engine import AlfworldDataError
+from training.envs.runtime import TaskLists
 
 
 def generated_games(folder: Path, n: int, split: str, seed: int, progress: bool = True,
@@ -42,7 +42,7 @@ def generated_games(folder: Path, n: int, split: str, seed: int, progress: bool 
 
 
 @dataclass
-class GameSource:
+class GameSource(TaskLists):
     """Training and validation games of a run.
 
     Attributes
@@ -55,6 +55,7 @@ class GameSource:
     train: list[GameSpec]
     valid: list[GameSpec]
     origin: str
+    data_error = AlfworldDataError
 
     @classmethod
     def from_config(cls, cfg, *, train: bool = True, valid: bool = True, val_split: str | None = None,
@@ -101,15 +102,6 @@ class GameSource:
         return (f"games: {kind} {self.origin.split(':', 1)[1]}: {len(self.train)} training, "
                 f"{len(self.valid)} validation")
 
-    def sample_train(self, rng: np.random.Generator, n: int) -> list[GameSpec]:
-        """``n`` distinct training games (with replacement only when there are fewer than ``n``)."""
-        replace = n > len(self.train)
-        return [self.train[i] for i in rng.choice(len(self.train), size=n, replace=replace)]
-
-    def validation(self, n: int) -> list[GameSpec]:
-        """The first ``n`` validation games (a fixed set, so validations are comparable)."""
-        return self.valid[: min(n, len(self.valid))]
-
     @staticmethod
     def make_env(specs: Sequence[GameSpec], *, max_steps: int, workers: int = 0, seed: int = 0,
                  reuse: AlfworldBatchEnv | None = None) -> AlfworldBatchEnv:
@@ -118,7 +110,3 @@ class GameSource:
         if reuse is not None and not reuse.closed and reuse.num_workers == workers:
             return reuse.reload(list(specs), max_steps=max_steps, seed=seed)
         return AlfworldBatchEnv(list(specs), max_steps=max_steps, num_workers=workers, seed=seed)
-
-    def describe(self) -> dict:
-        """What run.json records about the games."""
-        return {"origin": self.origin, "n_train": len(self.train), "n_valid": len(self.valid)}

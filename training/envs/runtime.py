@@ -9,9 +9,11 @@ batched environments and evaluation: ``get_environment(cfg.env).load_runtime()``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
-__all__ = ["EnvironmentRuntime", "step_share", "success_metrics"]
+import numpy as np
+
+__all__ = ["EnvironmentRuntime", "TaskLists", "step_share", "success_metrics"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,40 @@ class EnvironmentRuntime:
     metrics: Callable[[Sequence], dict]
     data_error: type[Exception]
     demonstration: Callable[[Any], list[tuple[str, str]]] | None = None
+
+
+class TaskLists:
+    """What every task source shares: drawing training tasks, the fixed validation set, and run.json's entry.
+
+    A task source (:class:`training.envs.games.GameSource`, ...) has ``train`` and ``valid`` lists and an
+    ``origin``; ``data_error`` is the error its environment raises for unusable task data.
+    """
+
+    train: list
+    valid: list
+    origin: str
+    data_error: ClassVar[type[Exception]] = ValueError
+
+    def sample_train(self, rng: np.random.Generator, n: int) -> list:
+        """``n`` distinct training tasks (with replacement only when there are fewer than ``n``).
+
+        Raises
+        ------
+        data_error
+            If there is no training task.
+        """
+        if not self.train:
+            raise self.data_error(f"no training tasks ({self.origin})")
+        replace = n > len(self.train)
+        return [self.train[i] for i in rng.choice(len(self.train), size=n, replace=replace)]
+
+    def validation(self, n: int) -> list:
+        """The first ``n`` validation tasks (a fixed set, so validations are comparable)."""
+        return self.valid[: min(n, len(self.valid))]
+
+    def describe(self) -> dict:
+        """What run.json records about the tasks."""
+        return {"origin": self.origin, "n_train": len(self.train), "n_valid": len(self.valid)}
 
 
 def success_metrics(trajs: Sequence) -> dict:

@@ -26,6 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
+from training.envs.runtime import TaskLists
 from training.envs.webshop_catalog import (Goal, generate_catalogue, generate_goal, goal_from_json, read_products,
                                            write_products)
 from training.envs.webshop_env import LocalSession, WebshopBatchEnv
@@ -111,7 +112,7 @@ def generated_tasks(folder: Path, seed: int, n_train: int, n_valid: int, *, trai
 
 
 @dataclass
-class WebshopSource:
+class WebshopSource(TaskLists):
     """Training and validation tasks of a run (the task-source object of the runtime).
 
     Attributes
@@ -124,6 +125,7 @@ class WebshopSource:
     train: list[WebshopTask]
     valid: list[WebshopTask]
     origin: str
+    data_error = WebshopDataError
 
     @classmethod
     def from_config(cls, cfg, *, train: bool = True, valid: bool = True, val_split: str | None = None,
@@ -184,17 +186,6 @@ class WebshopSource:
                 "server": "WebShop server at"}[kind]
         return f"tasks: {what} {where}: {len(self.train)} training, {len(self.valid)} validation"
 
-    def sample_train(self, rng: np.random.Generator, n: int) -> list[WebshopTask]:
-        """``n`` distinct training tasks (with replacement only when there are fewer than ``n``)."""
-        if not self.train:
-            raise WebshopDataError(f"no training tasks ({self.origin})")
-        replace = n > len(self.train)
-        return [self.train[i] for i in rng.choice(len(self.train), size=n, replace=replace)]
-
-    def validation(self, n: int) -> list[WebshopTask]:
-        """The first ``n`` validation tasks (a fixed set, so validations are comparable)."""
-        return self.valid[: min(n, len(self.valid))]
-
     @staticmethod
     def make_env(tasks: Sequence[WebshopTask], *, max_steps: int, workers: int = 0, seed: int = 0,
                  reuse: WebshopBatchEnv | None = None) -> WebshopBatchEnv:
@@ -203,7 +194,3 @@ class WebshopSource:
         if reuse is not None and not reuse.closed:
             return reuse.reload(list(tasks), max_steps=max_steps, seed=seed)
         return WebshopBatchEnv(list(tasks), _session, max_steps=max_steps, seed=seed)
-
-    def describe(self) -> dict:
-        """What run.json records about the tasks."""
-        return {"origin": self.origin, "n_train": len(self.train), "n_valid": len(self.valid)}
