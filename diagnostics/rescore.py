@@ -89,7 +89,8 @@ def parse_steps(text: str | None, flag: str = "--ckpt-steps") -> list[int] | Non
 
 def checkpoint_weights(folder: Path, meta: Mapping, model: str | None = None) -> str:
     """The weights that re-score a checkpoint: ``model`` when given, else its ``actor/``, else the ``actor/``
-    of the checkpoint a collection names in ``meta.json``.
+    of the checkpoint a collection names in ``meta.json`` (an adapter-only ``actor/`` merged on first use,
+    :func:`training.policy.merged_actor`).
 
     Raises
     ------
@@ -98,10 +99,12 @@ def checkpoint_weights(folder: Path, meta: Mapping, model: str | None = None) ->
     """
     if model is not None:
         return model
+    from training.policy import has_weights, merged_actor
+
     candidates = [folder / "actor"] + ([Path(str(meta["checkpoint"])) / "actor"] if meta.get("checkpoint") else [])
     for candidate in candidates:
-        if (candidate / "config.json").is_file():
-            return str(candidate)
+        if has_weights(candidate):  # an adapter-only actor (save_merged=false) is merged on first use
+            return str(merged_actor(candidate, run_settings(candidate.parent.parent)))
     raise DiagnosticsError(f"{folder}: no actor/ weights (the run saved none: save_weights=false) and meta.json names "
                            f"no checkpoint that has them; pass --model PATH to re-score with other weights")
 

@@ -117,7 +117,9 @@ def last_checkpoint(run_dir: Path, flag: str = "--model") -> Path:
     """
     from ocsd.records import META_FILE, checkpoint_dirs, checkpoint_folders
 
-    with_weights = [c for _, c in checkpoint_dirs(run_dir) if (c / "actor" / "config.json").is_file()]
+    from training.policy import has_weights
+
+    with_weights = [c for _, c in checkpoint_dirs(run_dir) if has_weights(c / "actor")]
     if not with_weights:
         raise UsageError(f"{flag}: {run_dir} is neither a checkpoint (global_step_<N>/actor/), a run folder with "
                          f"saved weights, nor a Hugging Face model folder (config.json)")
@@ -159,9 +161,11 @@ def resolve_model_source(spec: str, *, flag: str = "--model") -> ModelSource:
             raise UsageError(f"{flag}: {path} is a LoRA adapter without warm_start.json naming its base model "
                              f"(export it with python -m training.sft --export)")
         return ModelSource(spec, warm.base_model, 0, None, {}, path.name, warm_start=str(path))
+    from training.policy import has_weights, merged_actor
+
     if (path / "actor").is_dir():
         ckpt, actor = path, path / "actor"
-    elif path.name == "actor" and (path / "config.json").is_file():
+    elif path.name == "actor" and has_weights(path):
         ckpt, actor = path.parent, path
     elif (path / "config.json").is_file():
         state = path / "trainer_state.pt"
@@ -170,6 +174,8 @@ def resolve_model_source(spec: str, *, flag: str = "--model") -> ModelSource:
     else:
         ckpt = last_checkpoint(path, flag)
         actor = ckpt / "actor"
+    if has_weights(actor) and not (actor / "config.json").is_file():  # adapter only: merged on first use
+        actor = merged_actor(actor, (_run_info(ckpt.parent).get("config") or {}))
     if not (actor / "config.json").is_file():
         raise UsageError(f"{flag}: {actor} has no config.json (the checkpoint was saved without weights: "
                          f"save_weights=false)")

@@ -69,9 +69,10 @@ def load_policy(cfg, init_from: Path | None = None):
     return tokenizer, model
 
 
-def write_actor(folder: Path, model, tokenizer, state: dict) -> Path:
+def write_actor(folder: Path, model, tokenizer, state: dict, *, merged: bool = True) -> Path:
     """Write a checkpoint's ``actor/`` atomically: a Hugging Face folder (LoRA merged), the LoRA adapter in
     ``adapter/``, the tokenizer, and ``state`` (optimizer state, ``global_step``, ...) in ``trainer_state.pt``.
+    With LoRA and ``merged=False`` the merged weights are left out (:func:`merged_actor` rebuilds them).
 
     The folder is written beside ``folder`` and renamed into place, so an interrupted write leaves the
     previous ``actor/`` (or none), never a partial one.
@@ -81,7 +82,8 @@ def write_actor(folder: Path, model, tokenizer, state: dict) -> Path:
     tmp.mkdir(parents=True)
     if hasattr(model, "peft_config"):
         model.save_pretrained(tmp / "adapter")
-        copy.deepcopy(model).merge_and_unload().save_pretrained(tmp, safe_serialization=True)
+        if merged:
+            copy.deepcopy(model).merge_and_unload().save_pretrained(tmp, safe_serialization=True)
     else:
         model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
@@ -89,6 +91,58 @@ def write_actor(folder: Path, model, tokenizer, state: dict) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
     return folder
+
+
+def has_weights(actor: Path) -> bool:
+    """Whether a checkpoint's ``actor/`` holds weights: a Hugging Face folder, or a LoRA adapter alone."""
+    return (actor / "config.json").is_file() or (actor / "adapter" / "adapter_config.json").is_file()
+
+
+def merged_actor(actor: Path, run_config: dict) -> Path:
+    """A Hugging Face folder with the weights of a checkpoint's ``actor/``.
+
+    An ``actor/`` with merged weights is returned as it is. One that holds only its LoRA adapter
+    (``save_merged=false``) is merged on top of the run's initial weights (its ``model`` and ``warm_start``,
+    from ``run.json``'s config) once, into the cache (``$OCSD_CACHE/merged/<digest>``), and that folder is
+    returned.
+
+    Raises
+    ------
+    FileNotFoundError
+        Naming the folder when it holds neither, or when the run's config does not say its model.
+    """
+    import hashlib
+    from types import SimpleNamespace
+
+    from ocsd.replay.models import cache_root
+
+    actor = Path(actor)
+    if (actor / "config.json").is_file():
+        return actor
+    adapter = actor / "adapter"
+    if not (adapter / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{actor}: no weights (neither config.json nor adapter/adapter_config.json)")
+    if not run_config.get("model"):
+        raise FileNotFoundError(f"{actor}: an adapter-only checkpoint, but run.json's config names no model to "
+                                f"merge it into")
+    digest = hashlib.sha256()
+    for part in sorted(adapter.iterdir()):
+        digest.update(part.name.encode() + part.read_bytes())
+    digest.update(repr((run_config.get("model"), run_config.get("warm_start"), run_config.get("seed"))).encode())
+    out = cache_root() / "merged" / digest.hexdigest()[:20]
+    if (out / "config.json").is_file():
+        return out
+    cfg = SimpleNamespace(model=run_config["model"], warm_start=run_config.get("warm_start"),
+                          seed=int(run_config.get("seed", 0)), lora_rank=int(run_config.get("lora_rank") or 8),
+                          lora_alpha=int(run_config.get("lora_alpha") or 16), device="cpu", dtype="float32")
+    tokenizer, model = load_policy(cfg, init_from=actor)
+    tmp = out.parent / f".{out.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.merge_and_unload().save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    return out
 
 
 class Policy:

@@ -276,7 +276,7 @@ class Trainer:
         (replay / "meta.json").unlink(missing_ok=True)
         if self.cfg.save_weights:
             write_actor(ckpt / "actor", self.model, self.tokenizer,
-                        {"optimizer": self.optimizer.state_dict(), "global_step": step})
+                        {"optimizer": self.optimizer.state_dict(), "global_step": step}, merged=self.cfg.save_merged)
         write_replay(replay, steps_df, tokens_df, meta)
         return ckpt
 

@@ -153,6 +153,41 @@ def test_resume_continues_to_the_same_result(tmp_path, games):
     assert [r["step"] for r in read_metrics(tmp_path / "part")] == [1, 2]
 
 
+def test_adapter_only_checkpoints_resume_and_merge_to_the_same_weights(tmp_path, games, monkeypatch):
+    """save_merged=false: actor/ holds the LoRA adapter and optimizer state only (no model.safetensors). A run
+    resumed from such a checkpoint ends as the uninterrupted one, and merging the adapter on first use
+    (re-scoring, evaluation) gives the merged weights a save_merged=true run writes."""
+    from safetensors.torch import load_file
+
+    from diagnostics.rescore import checkpoint_weights
+    from training.collect import resolve_model_source
+    from training.policy import merged_actor
+
+    monkeypatch.setenv("OCSD_CACHE", str(tmp_path / "cache"))
+    kw = dict(kl_coef=0.0, lr=1e-3, lora_rank=4, lora_alpha=8)
+    Trainer(tiny_cfg(tmp_path / "merged", total_steps=2, **kw), games=games).fit()
+    Trainer(tiny_cfg(tmp_path / "small", total_steps=1, save_merged=False, **kw), games=games).fit()
+    actor = tmp_path / "small" / "global_step_1" / "actor"
+    assert not (actor / "model.safetensors").exists() and (actor / "adapter" / "adapter_config.json").is_file()
+    size = sum(f.stat().st_size for f in actor.rglob("*") if f.is_file())
+    full = sum(f.stat().st_size for f in (tmp_path / "merged" / "global_step_1" / "actor").rglob("*") if f.is_file())
+    assert size < full / 2
+    resumed = Trainer(tiny_cfg(tmp_path / "small", total_steps=2, save_merged=False, **kw), games=games)
+    assert resumed.start_step == 2
+    resumed.fit()
+    for step in (1, 2):
+        small = tmp_path / "small" / f"global_step_{step}"
+        folder = Path(checkpoint_weights(small, {}))
+        assert folder.is_relative_to(tmp_path / "cache") and folder == merged_actor(small / "actor", {
+            "model": "tiny", "seed": 3, "lora_rank": 4, "lora_alpha": 8})
+        want = load_file(tmp_path / "merged" / f"global_step_{step}" / "actor" / "model.safetensors")
+        got = load_file(folder / "model.safetensors")
+        for key in want:
+            torch.testing.assert_close(got[key], want[key], rtol=0, atol=1e-6)
+    source = resolve_model_source(str(tmp_path / "small"))
+    assert source.global_step == 2 and Path(source.model) == Path(checkpoint_weights(small, {}))
+
+
 def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path, games, monkeypatch):
     import training.trainer as trainer_module
 
