@@ -61,9 +61,10 @@ def test_agent_loop_rows_match_the_single_device_rollout(alfworld_games, smollm2
 
     config = verl_config(alfworld_games)
     cfg = make_config(dict(config.ocsd))
-    game = GameSource.from_config(cfg, train=False).valid[0]
+    source = GameSource.from_config(cfg)
+    game = source.valid[0]
     row = task_row("alfworld", game, index=0, split="valid")
-    assert task_of_row(row) == ("alfworld", game)
+    assert task_of_row(row, source) == ("alfworld", game) and row["ocsd_game"] == game.path
 
     server = FakeServerManager(smollm2_tokenizer, seed=5)
     loop = make_loop(config, smollm2_tokenizer, server)
@@ -96,17 +97,49 @@ def test_agent_loop_rows_match_the_single_device_rollout(alfworld_games, smollm2
     assert {o.extra_fields["ocsd_feedback_label"] for o in outputs} <= {"valid", "invalid", "ambiguous"}
 
 
-def test_agent_loop_refuses_a_row_of_another_environment(alfworld_games, smollm2_tokenizer, no_user_data):
-    from training.config import ConfigError
-    from training.verl.tasks import TaskRowError, task_of_row
+def test_agent_loop_refuses_rows_it_cannot_play(alfworld_games, smollm2_tokenizer, no_user_data):
+    from training.config import ConfigError, make_config
+    from training.envs.games import GameSource
+    from training.verl.tasks import TaskRowError, task_of_row, task_row
 
-    loop = make_loop(verl_config(alfworld_games), smollm2_tokenizer, FakeServerManager(smollm2_tokenizer))
-    with pytest.raises(TaskRowError, match="ocsd_task_class"):
-        task_of_row({"ocsd_env": "alfworld", "ocsd_task_class": "training.envs.alfworld:Nope", "ocsd_task": "{}"})
+    config = verl_config(alfworld_games)
+    source = GameSource.from_config(make_config(dict(config.ocsd)))
+    row = task_row("alfworld", source.train[1], index=1, split="train")
+    with pytest.raises(TaskRowError, match=r"train\[0\] of the task source is .* the row names"):
+        task_of_row({**row, "ocsd_index": 0}, source)
+    with pytest.raises(TaskRowError, match="ocsd_index=7: the task source has 2 train tasks"):
+        task_of_row({**row, "ocsd_index": 7}, source)
+    loop = make_loop(config, smollm2_tokenizer, FakeServerManager(smollm2_tokenizer))
     with pytest.raises(TaskRowError, match=r"lacks \['ocsd_env'"):
         asyncio.run(loop.run({}, prompt=[]))
+    with pytest.raises(ConfigError, match="data-set row of environment 'webshop', but ocsd.env='alfworld'"):
+        asyncio.run(loop.run({}, **{**row, "ocsd_env": "webshop"}))
     with pytest.raises(ConfigError, match="no top-level 'ocsd' section"):
         make_loop(OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 8, "response_length": 8}},
                                     "data": {}}), smollm2_tokenizer, None)
     with pytest.raises(ConfigError, match=r"unknown setting\(s\) \['bogus'\]"):
         make_loop(verl_config(alfworld_games, bogus=1), smollm2_tokenizer, None)
+
+
+def test_agent_loop_plays_webshop(tmp_path, smollm2_tokenizer):
+    """The same agent loop on another environment of the registry: WebShop's generated shop, one output per
+    step with WebShop's labels and the episode's task score."""
+    from training.config import make_config
+    from training.verl.tasks import task_of_row, task_row
+
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 2048, "response_length": 64}},
+                               "data": {}, "ocsd": dict(env="webshop", data="generated", games_dir=str(tmp_path),
+                                                        n_train_games=4, n_val_games=2, max_steps=4,
+                                                        max_prompt_length=2048, progress=False)})
+    from ocsd.environments import get_environment
+
+    source = get_environment("webshop").load_runtime().task_source(make_config(dict(config.ocsd)))
+    row = task_row("webshop", source.valid[1], index=1, split="valid")
+    assert task_of_row(row, source)[1].game == source.valid[1].game
+    outputs = asyncio.run(make_loop(config, smollm2_tokenizer, FakeServerManager(smollm2_tokenizer, seed=2)).run(
+        {}, **row, uid="w", session_id=0))
+    assert 1 <= len(outputs) <= 4
+    assert [o.extra_fields["ocsd_step"] for o in outputs] == list(range(len(outputs)))
+    assert {o.extra_fields["ocsd_operator"] for o in outputs} <= {"search", "click", "other"}
+    assert all(o.extra_fields["ocsd_view_ids"] for o in outputs)
+    assert outputs[-1].extra_fields["ocsd_score"] is None or 0.0 <= outputs[-1].extra_fields["ocsd_score"] <= 1.0

@@ -79,7 +79,7 @@ def _task_source(cfg: TrainConfig):
     key = repr(sorted(cfg.to_dict().items()))
     with _LOCK:
         if key not in _SOURCES:
-            _SOURCES[key] = get_environment(cfg.env).load_runtime().task_source(cfg, train=False, valid=False)
+            _SOURCES[key] = get_environment(cfg.env).load_runtime().task_source(cfg)
         return _SOURCES[key]
 
 
@@ -169,9 +169,11 @@ class EnvironmentAgentLoop(AgentLoopBase):
             env.close()
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> list[AgentLoopOutput]:
-        env_name, task = task_of_row(kwargs)
-        if env_name != get_environment(self.settings.env).name:
-            raise ConfigError(f"data-set row of environment {env_name!r}, but ocsd.env={self.settings.env!r}")
+        if "ocsd_env" in kwargs and get_environment(str(kwargs["ocsd_env"])).name != get_environment(
+                self.settings.env).name:
+            raise ConfigError(f"data-set row of environment {kwargs['ocsd_env']!r}, but ocsd.env={self.settings.env!r}")
+        source = await asyncio.get_running_loop().run_in_executor(None, _task_source, self.settings)
+        env_name, task = task_of_row(kwargs, source)
         uid = str(kwargs.get("uid") or uuid4().hex)
         session = int(kwargs.get("session_id", 0))
         seed = int(kwargs.get("global_steps", 0) or 0)
