@@ -12,9 +12,10 @@ name       display     aliases                        step cap  evaluation      
 =========  ==========  =============================  ========  ============================  ===============
 alfworld   ALFWorld    alfred                         50        valid_seen, valid_unseen:     training.envs.
                                                                 success rate per task type    alfworld_runtime
-webshop    WebShop                                    15        test: score, success rate     not implemented
-searchqa   Search-QA   search-qa, search_qa, search   4         seven datasets: EM (ID, OOD,  not implemented
-                                                                average)
+webshop    WebShop                                    15        test: score, success rate     training.envs.
+                                                                per category                  webshop_runtime
+searchqa   Search-QA   search-qa, search_qa, search   4         seven datasets: EM (ID, OOD,  training.envs.
+                                                                average)                      searchqa_runtime
 =========  ==========  =============================  ========  ============================  ===============
 
 Registering an environment: write a module that builds its spec and calls :func:`register_environment`

@@ -1,5 +1,4 @@
-"""Search-QA: open-domain question answering with a search engine (template, parser, schemas and lexicon;
-no engine yet).
+"""Search-QA: open-domain question answering with a search engine (template, parser, schemas, lexicon, labels).
 
 Interaction template: the paper's table "Interaction Prompt on Search-QA", verbatim. Its history is the
 memory context (:func:`ocsd.environments.formats.memory_fields`); it has no admissible actions and no
@@ -13,20 +12,32 @@ Action schemas g(a): ``<search>q</search>`` -> ``<search>a query</search>``, ``<
 Role lexicon: words inside ``<search>`` and ``<answer>`` are entities, as are capitalised words that do
 not start a sentence.
 
-Step cap 4; evaluation on the seven datasets (NQ and HotpotQA in domain, the other five out of domain),
-Exact Match micro-averaged over the in-domain, out-of-domain and all datasets (paper appendix
-"Evaluation Protocol"). The runtime is not implemented yet.
+Labels (paper appendix "Local-Feedback Labels", applied to searches and answers): a step is ``invalid``
+when its action is malformed (the engine rejects it) or its search finds nothing (the engine answers
+SDAR's "No search results found.", the one no-effect template here: retrieved passages are free text, so
+the general templates such as "cannot" are not matched against them); ``progress`` when a search returns a
+passage not shown earlier in the episode or the answer is correct, else ``no_progress``. The operator is
+the action's family, ``search`` or ``answer``.
+
+Task types are the seven datasets and the question families generated from the CIA World Factbook for the
+offline default (:mod:`training.envs.searchqa_factbook`). Step cap 4; evaluation on the seven datasets (NQ
+and HotpotQA in domain, the other five out of domain), Exact Match micro-averaged over the in-domain,
+out-of-domain and all datasets (paper appendix "Evaluation Protocol"). The runtime is
+:data:`training.envs.searchqa_runtime.RUNTIME`.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from ocsd.environments.formats import TaggedOutput, bracket_command, memory_fields
+from ocsd.environments.labels import StepLabels
 from ocsd.environments.lexicon import Lexicon, inflect
-from ocsd.environments.spec import EnvironmentSpec, EvaluationProtocol, register_environment
+from ocsd.environments.spec import EnvironmentSpec, EvaluationProtocol, normalise_action, register_environment
 
-__all__ = ["DATASETS", "SEARCHQA", "TEMPLATE", "action_rule"]
+__all__ = ["DATASETS", "GENERATED_FAMILIES", "IN_DOMAIN", "NO_RESULTS_TEMPLATE", "SEARCHQA", "TEMPLATE",
+           "TaggedLabels", "action_rule"]
 
 TEMPLATE = (
     "You are an expert agent tasked with answering the given question step-by-step.\n"
@@ -54,6 +65,18 @@ TEMPLATE = (
 DATASETS = ("nq", "hotpotqa", "triviaqa", "popqa", "2wiki", "musique", "bamboogle")
 """Evaluation datasets, in-domain first (NQ, HotpotQA)."""
 
+GENERATED_FAMILIES = ("factbook_capital", "factbook_location_capital", "factbook_capital_country",
+                      "factbook_former_capital")
+"""Question families of the offline default (``data=generated``), in-domain first."""
+
+IN_DOMAIN = frozenset({"nq", "hotpotqa", "factbook_capital", "factbook_location_capital"})
+"""Task types evaluated as in-domain (paper appendix "Evaluation Protocol": NQ and HotpotQA); the others are
+out of domain."""
+
+NO_RESULTS_TEMPLATE = "no search results found"
+"""The feedback of a search that found nothing (SDAR agent_system/environments/env_package/search/third_party/
+skyrl_gym/tools/search.py:239), lower case."""
+
 _TAGGED = re.compile(r"^<(search|answer)>(.*)</\1>$", re.DOTALL | re.IGNORECASE)
 
 
@@ -76,6 +99,17 @@ def action_rule(action: str) -> tuple[str, str] | None:
     return None
 
 
+@dataclass(frozen=True)
+class TaggedLabels(StepLabels):
+    """Labels of ``<search>q</search>`` / ``<answer>x</answer>`` actions: the operator is the action's family."""
+
+    def operator_of(self, action: str) -> str:
+        """``<search>q</search>`` and ``search[q]`` -> ``"search"`` when it is an operator, else ``"other"``."""
+        parsed = action_rule(normalise_action(action))
+        family = parsed[0] if parsed else ""
+        return family if family in self.operators else "other"
+
+
 def lexicon() -> Lexicon:
     """The Search-QA role lexicon."""
     actions = inflect({"search": ("searches", "searching", "searched"), "answer": ("answers", "answering",
@@ -95,7 +129,10 @@ SEARCHQA = register_environment(EnvironmentSpec(
     output_parser=TaggedOutput(("search", "answer"), keep_tag=True),
     action_rule=action_rule,
     lexicon=lexicon,
+    labels=TaggedLabels(no_effect_templates=(NO_RESULTS_TEMPLATE,), operators=("search", "answer")),
+    task_types=DATASETS + GENERATED_FAMILIES,
     max_steps=4,
     evaluation=EvaluationProtocol(splits=DATASETS, metrics=("em_id", "em_ood", "em_avg")),
+    runtime="training.envs.searchqa_runtime:RUNTIME",
 ))
-"""The Search-QA entry (no runtime yet)."""
+"""The Search-QA entry."""

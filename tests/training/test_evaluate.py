@@ -108,7 +108,6 @@ def test_success_metrics_against_counting():
     (["--ckpt", "tiny", "--out"], "--out-file"),
     (["--ckpt", "tiny", "--data", "/no/such/data"], "--data"),
     (["--ckpt", "tiny", "lr=-1"], "lr"),
-    (["--ckpt", "tiny", "--env", "searchqa"], "no runtime"),
 ])
 def test_flag_errors_exit_2(argv, message, capsys):
     assert main(argv) == 2
@@ -128,8 +127,7 @@ def test_cli_missing_split_has_no_traceback(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "valid_unseen" in proc.stderr
 
 
-@pytest.mark.parametrize("env,message", [("minecraft", "env: unknown 'minecraft'; known: alfworld, webshop, searchqa"),
-                                         ("searchqa", "env: environment 'searchqa' (Search-QA) has no runtime")])
+@pytest.mark.parametrize("env,message", [("minecraft", "env: unknown 'minecraft'; known: alfworld, webshop, searchqa")])
 def test_config_env_is_a_registered_environment_with_a_runtime(env, message):
     from training.config import ConfigError, make_config
 
