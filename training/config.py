@@ -136,7 +136,8 @@ class TrainConfig:
                                   "heat, cool, pick2); unset: all", None)
     train_split: str = _doc("split of real data used for training", "train")
     val_split: str = _doc("split of real data used for validation", "valid_seen")
-    max_steps: int = _doc("interaction step cap per episode (ALFWorld 50, WebShop 15, Search-QA 4)", 50, COUNT)
+    max_steps: int | None = _doc("interaction step cap per episode; unset: the environment's (ALFWorld 50, WebShop 15, "
+                                 "Search-QA 4, the paper's)", None, COUNT)
     history_length: int = _doc("observation/action pairs of history in the interaction prompt", 2, NON_NEGATIVE_INT)
     env_workers: int = _doc("worker processes stepping environments (0: in this process, fastest on 2 cores)", 0,
                             NON_NEGATIVE_INT)
@@ -230,6 +231,8 @@ class TrainConfig:
             get_environment(self.env).check_runtime()
         except RuntimeNotImplemented as exc:
             raise ConfigError(f"env: {exc}") from None
+        if self.max_steps is None:  # the environment's step cap (frozen dataclass: set once, here)
+            object.__setattr__(self, "max_steps", get_environment(self.env).max_steps)
         check_ranges(self)
         known = get_environment(self.env).task_types
         unknown = [kind for kind in task_type_list(self.task_types) or () if kind not in known]
