@@ -216,8 +216,8 @@ class SearchSource(TaskLists):
         """A batched environment with one episode per task (in this process: ``workers`` is accepted for the
         common interface; searches run in threads). ``reuse`` is reloaded.
 
-        The step cap is ``max_steps``, at most the registry entry's 4 (paper table "Benchmark-specific
-        training configurations"), so the config's default of 50 (ALFWorld's) never lengthens an episode."""
+        The step cap is ``max_steps``, never more than the registry entry's 4 (paper table "Benchmark-specific
+        training configurations"): the protocol caps Search-QA episodes at four turns whatever a config says."""
         max_steps = min(int(max_steps), SEARCHQA.max_steps)
         if reuse is not None and not reuse.closed:
             return reuse.reload(list(tasks), max_steps=max_steps, seed=seed)
