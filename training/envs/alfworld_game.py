@@ -290,10 +290,7 @@ class AlfworldGame:
         if self._state is None:
             raise RuntimeError("call reset() before step()")
         if self._done:
-            return StepResult(action=action, obs="", reward=0.0, done=True, won=self._won,
-                              admissible=[], feedback_label="ambiguous",
-                              progress_label="no_progress", operator=_LABELS.operator_of(action),
-                              action_admissible=False, step=self._steps, active=False)
+            return StepResult.inactive(action, operator=_LABELS.operator_of(action), step=self._steps, won=self._won)
         admissible = action.strip() in self._state["admissible_commands"]
         self._state, _, _ = self._env.step(action)
         self._steps += 1

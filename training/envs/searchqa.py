@@ -20,6 +20,7 @@ import time
 import types
 from pathlib import Path
 
+from ocsd.cli import positive_int
 from training.envs.searchqa_data import SearchDataError
 
 
@@ -35,11 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", default="wiki", help="serve: 'wiki' or 'hotpotqa:<file>' (JSON Lines or JSON)")
     p.add_argument("--host", default="127.0.0.1", help="serve: address to listen on")
     p.add_argument("--port", type=int, default=8000, help="serve: port")
-    p.add_argument("--topk", type=int, default=3, help="passages per search when a request names none")
+    p.add_argument("--topk", type=positive_int("--topk"), default=3, help="passages per search when a request names none")
     p.add_argument("--games-dir", default="checkpoints/games", help="where generated questions are kept")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tasks", type=int, default=3, help="play: questions to play")
-    p.add_argument("--queries", type=int, default=200, help="bench: searches to time")
+    p.add_argument("--tasks", type=positive_int("--tasks"), default=3, help="play: questions to play")
+    p.add_argument("--queries", type=positive_int("--queries"), default=200, help="bench: searches to time")
     return p
 
 
@@ -83,10 +84,6 @@ def _bench(source, n: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    for name in ("tasks", "queries", "topk"):
-        if getattr(args, name) < 1:
-            print(f"error: --{name} must be >= 1", file=sys.stderr)
-            return 2
     try:
         if args.command == "serve":
             from training.envs.searchqa_server import serve

@@ -84,10 +84,7 @@ class SearchEpisode:
         """Take one action; ``hits`` are the passages of its search (:meth:`query`), found by the caller."""
         labels = SEARCHQA.labels
         if self.done:
-            return StepResult(action=action, obs="", reward=0.0, done=True, won=False, admissible=[],
-                              feedback_label="ambiguous", progress_label="no_progress",
-                              operator=labels.operator_of(action), action_admissible=False, step=self.steps,
-                              active=False)
+            return StepResult.inactive(action, operator=labels.operator_of(action), step=self.steps)
         self.steps += 1
         parsed = parse_action(action)
         won, answered, progressed = False, False, False

@@ -17,9 +17,9 @@ malformed request is answered 400 with ``{"error": ...}``.
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
+from training.envs.http_server import BackgroundServer, serve_foreground
 from training.envs.searchqa_corpus import BM25Index
 
 __all__ = ["DEFAULT_TOPK", "MAX_TOPK", "RetrievalServer", "parse_request", "retrieve", "serve"]
@@ -102,7 +102,7 @@ def _handler(index: BM25Index, default_topk: int):
     return Handler
 
 
-class RetrievalServer:
+class RetrievalServer(BackgroundServer):
     """The built-in retrieval server in a background thread until :meth:`close`.
 
     Parameters
@@ -122,41 +122,10 @@ class RetrievalServer:
     def __init__(self, index: BM25Index, *, host: str = "127.0.0.1", port: int = 0,
                  topk: int = DEFAULT_TOPK) -> None:
         self.index = index
-        self.httpd = ThreadingHTTPServer((host, port), _handler(index, topk))
-        self.httpd.daemon_threads = True
-        self.url = f"http://{host}:{self.httpd.server_address[1]}/retrieve"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="searchqa-retrieval", daemon=True)
-        self.thread.start()
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
-        return self._closed
-
-    def close(self) -> None:
-        """Stop serving and release the port; safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
-
-    def __enter__(self) -> "RetrievalServer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        super().__init__(_handler(index, topk), host=host, port=port, name="searchqa-retrieval")
+        self.url = f"{self.address}/retrieve"
 
 
 def serve(index: BM25Index, *, host: str = "127.0.0.1", port: int = 8000, topk: int = DEFAULT_TOPK) -> None:
     """Serve ``index`` in the foreground until interrupted."""
-    httpd = ThreadingHTTPServer((host, port), _handler(index, topk))
-    httpd.daemon_threads = True
-    try:
-        httpd.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        httpd.server_close()
+    serve_foreground(_handler(index, topk), host=host, port=port)

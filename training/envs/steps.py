@@ -68,3 +68,11 @@ class StepResult:
     truncated: bool = False
     active: bool = True
     score: float | None = None
+
+    @classmethod
+    def inactive(cls, action: str, *, operator: str, step: int, won: bool = False) -> "StepResult":
+        """The result of an action sent to an environment whose episode is already done: no observation,
+        nothing recorded (``active=False``)."""
+        return cls(action=action, obs="", reward=0.0, done=True, won=won, admissible=[], feedback_label="ambiguous",
+                   progress_label="no_progress", operator=operator, action_admissible=False, step=step, active=False)
+

@@ -15,6 +15,7 @@ import argparse
 import sys
 import types
 
+from ocsd.cli import positive_int
 from training.envs.webshop_tasks import WebshopDataError, WebshopSource
 
 
@@ -29,19 +30,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default="generated", help="'generated' or a folder/file of real WebShop goals")
     p.add_argument("--games-dir", default="checkpoints/games", help="where generated tasks are kept")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--n-train", type=int, default=200, help="generated training goals")
-    p.add_argument("--n-val", type=int, default=36, help="generated validation goals")
+    p.add_argument("--n-train", type=positive_int("--n-train"), default=200, help="generated training goals")
+    p.add_argument("--n-val", type=positive_int("--n-val"), default=36, help="generated validation goals")
     p.add_argument("--port", type=int, default=3000, help="serve: port on 127.0.0.1")
-    p.add_argument("--tasks", type=int, default=3, help="play: tasks to play")
+    p.add_argument("--tasks", type=positive_int("--tasks"), default=3, help="play: tasks to play")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    for name in ("n_train", "n_val", "tasks"):
-        if getattr(args, name) < 1:
-            print(f"error: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
-            return 2
     try:
         source = WebshopSource.from_config(_config(args), train=args.data == "generated")
     except WebshopDataError as exc:

@@ -96,10 +96,7 @@ class WebshopEpisode:
         """Take one action (an inactive result once the episode is done)."""
         labels = WEBSHOP.labels
         if self.done:
-            return StepResult(action=action, obs="", reward=0.0, done=True, won=False, admissible=[],
-                              feedback_label="ambiguous", progress_label="no_progress",
-                              operator=labels.operator_of(action), action_admissible=False, step=self.steps,
-                              active=False)
+            return StepResult.inactive(action, operator=labels.operator_of(action), step=self.steps)
         self.steps += 1
         parsed = parse_action(action)
         why = MALFORMED if parsed is None else why_unavailable(self.view, *parsed)

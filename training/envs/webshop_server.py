@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import ast
 import html
-import threading
 import urllib.parse
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Sequence
 
+from training.envs.http_server import BackgroundServer, serve_foreground
 from training.envs.webshop_catalog import Goal
 from training.envs.webshop_reward import purchase_reward
 from training.envs.webshop_site import PAGE_SIZE, Shop
@@ -174,7 +174,7 @@ def _handler(site: _Site):
     return Handler
 
 
-class WebshopServer:
+class WebshopServer(BackgroundServer):
     """The local WebShop server, running in a background thread until :meth:`close`.
 
     Parameters
@@ -187,30 +187,10 @@ class WebshopServer:
     """
 
     def __init__(self, shop: Shop, goals: Sequence[Goal], *, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.httpd = ThreadingHTTPServer((host, port), _handler(_Site(shop, goals)))
-        self.url = f"http://{host}:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        """Stop serving and release the port."""
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
-
-    def __enter__(self) -> "WebshopServer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        super().__init__(_handler(_Site(shop, goals)), host=host, port=port, name="webshop-server")
+        self.url = self.address
 
 
 def serve(shop: Shop, goals: Sequence[Goal], *, host: str = "127.0.0.1", port: int = 3000) -> None:
     """Serve in the foreground until interrupted."""
-    httpd = ThreadingHTTPServer((host, port), _handler(_Site(shop, goals)))
-    try:
-        httpd.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        httpd.server_close()
+    serve_foreground(_handler(_Site(shop, goals)), host=host, port=port)
