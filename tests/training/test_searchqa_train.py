@@ -22,7 +22,6 @@ TINY = ["env=searchqa", "data=generated", "model=tiny", "batch_size=1", "group_s
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "searchqa"
 
 
-@pytest.mark.slow
 def test_train_then_evaluate(tmp_path, capsys):
     run, games = tmp_path / "run", tmp_path / "games"
     assert train_main([*TINY, f"games_dir={games}", f"run_dir={run}", "total_steps=1", "test_freq=1",
