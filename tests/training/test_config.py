@@ -24,7 +24,7 @@ from training.config import (
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p for p in (ROOT / "training" / "configs").glob("*.yaml") if not p.name.startswith("sft_"))
 SFT_CONFIGS = sorted((ROOT / "training" / "configs").glob("sft_*.yaml"))
-NUMERIC = [f.name for f in fields(TrainConfig) if f.type in ("int", "float")]
+NUMERIC = [f.name for f in fields(TrainConfig) if f.type in ("int", "float", "int | None")]
 
 
 def test_every_numeric_setting_has_a_range_holding_its_default():
@@ -33,8 +33,9 @@ def test_every_numeric_setting_has_a_range_holding_its_default():
         allowed = item.metadata["range"]
         if item.name in NUMERIC:
             assert isinstance(allowed, Range), item.name
-            assert item.default in allowed, item.name
-            assert allowed.integer == (item.type == "int"), item.name
+            # an optional setting's default None is resolved before the check (max_steps: the environment's cap)
+            assert item.default in allowed or (item.default is None and item.type.endswith("| None")), item.name
+            assert allowed.integer == item.type.startswith("int"), item.name
         else:
             assert allowed is None, item.name
 
@@ -205,3 +206,14 @@ def test_bad_override_is_one_line(item):
     with pytest.raises(ConfigError, match="override") as err:
         parse_overrides([item])
     assert "\n" not in str(err.value) and item in str(err.value)
+
+
+@pytest.mark.parametrize("env,cap", [("alfworld", 50), ("webshop", 15), ("searchqa", 4)])
+def test_max_steps_defaults_to_the_environments_step_cap(env, cap):
+    from ocsd.environments import get_environment
+
+    assert get_environment(env).max_steps == cap
+    assert make_config(dict(env=env, data="generated")).max_steps == cap
+    assert make_config(dict(env=env, data="generated", max_steps=3)).max_steps == 3
+    with pytest.raises(ConfigError, match=r"^max_steps=0: must be"):
+        make_config(dict(env=env, data="generated", max_steps=0))
