@@ -190,3 +190,21 @@ def test_metrics_score_per_category():
     assert out["score"] == pytest.approx(0.5) and out["success_rate"] == pytest.approx(1 / 3)
     assert out["per_type"]["food"]["score"] == pytest.approx(0.75) and out["per_type"]["beauty"]["score"] == 0.0
     assert set(get_environment("webshop").evaluation.metrics) <= set(out)
+
+
+@pytest.mark.parametrize("query", ["body lotion lavender sulfate free", "coffee mug red 16 oz", "wireless mouse"])
+def test_search_scores_are_lucene_bm25(query):
+    """The shop's BM25 against bm25s's Lucene variant with the same k1, b and tokens: bm25s leaves out the
+    (k1 + 1) factor of the numerator, which scales every score alike and changes no ranking."""
+    import numpy as np
+
+    bm25s = pytest.importorskip("bm25s")
+    from training.envs.webshop_site import BM25_B, BM25_K1, _tokens
+
+    shop = Shop(generate_catalogue(0)[:300])
+    docs = [_tokens(" ".join((p.title, p.query, *p.attributes, *p.bullets))) for p in shop.products]
+    reference = bm25s.BM25(method="lucene", k1=BM25_K1, b=BM25_B)
+    reference.index(docs, show_progress=False)
+    want = reference.get_scores(_tokens(query)) * (BM25_K1 + 1)
+    np.testing.assert_allclose(shop.scores([query]), want, rtol=1e-5, atol=1e-6)
+    assert (shop.scores([query]) > 0).any()

@@ -84,9 +84,8 @@ class Shop:
                               math.log(1 + (n - len(ids) + 0.5) / (len(ids) + 0.5)))
                           for t, (ids, tfs) in postings.items()}
 
-    def search(self, keywords: Sequence[str]) -> list[Product]:
-        """Up to :data:`SEARCH_RETURN_N` products matching any keyword, best BM25 score first (ties in
-        catalogue order)."""
+    def scores(self, keywords: Sequence[str]) -> np.ndarray:
+        """BM25 score of every product for the keywords, in catalogue order (0 where no term matches)."""
         scores = np.zeros(len(self.products))
         for term in _tokens(" ".join(keywords)):
             if term not in self._postings:
@@ -94,6 +93,12 @@ class Shop:
             ids, tf, idf = self._postings[term]
             norm = BM25_K1 * (1 - BM25_B + BM25_B * self._length[ids] / self._avg)
             scores[ids] += idf * tf * (BM25_K1 + 1) / (tf + norm)
+        return scores
+
+    def search(self, keywords: Sequence[str]) -> list[Product]:
+        """Up to :data:`SEARCH_RETURN_N` products matching any keyword, best BM25 score first (ties in
+        catalogue order)."""
+        scores = self.scores(keywords)
         hits = np.flatnonzero(scores > 0)
         order = hits[np.lexsort((hits, -scores[hits]))][:SEARCH_RETURN_N]
         return [self.products[i] for i in order]
