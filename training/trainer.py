@@ -52,7 +52,7 @@ from training.engines import response_token_count
 from training.pipeline import collect_batch, record_tables, replay_meta, score_selected, step_tasks, token_inputs
 from training.policy import Policy, load_policy, timed, write_actor
 from training.replay import ReplayScores, StepKey
-from training.envs.runtime import step_share
+from training.envs.runtime import success_metrics
 from training.rollout import Trajectory
 from training.teachers import skill_prefix, teacher_prompt_ids
 from training.update import LossSettings, UpdateBatch, ppo_update
@@ -352,25 +352,21 @@ class Trainer:
         return self.cfg.lr * min(1.0, step / warm) if warm > 0 else self.cfg.lr
 
     def _metrics(self, step, trajs, stats, inputs, token_adv, scores, update_metrics) -> dict:
-        won = np.array([t.won for t in trajs], dtype=float)
-        all_steps = [s for t in trajs for s in t.steps]
+        episodes = success_metrics(trajs)
         adv_step, selected = stats.advantages, stats.selected
         # a trajectory's advantage: the mean over its steps (all equal under reward_mode=trajectory)
         adv_traj = np.bincount(stats.traj_of_row, adv_step, len(trajs)) / np.bincount(stats.traj_of_row,
                                                                                         minlength=len(trajs))
-        row = {"step": step, "reward_mean": float(stats.returns.mean()), "success_rate": float(won.mean()),
-               "episode_length": float(np.mean([len(t.steps) for t in trajs])),
-               "rollout/new_tokens": response_token_count(trajs),
-               "well_formed_rate": step_share(all_steps, lambda s: s.well_formed),
-               "invalid_action_rate": step_share(all_steps, lambda s: s.feedback_label == "invalid"),
+        row = {"step": step, "reward_mean": float(stats.returns.mean()), "success_rate": episodes["success_rate"],
+               "episode_length": episodes["mean_steps"], "rollout/new_tokens": response_token_count(trajs),
+               "well_formed_rate": episodes["well_formed_rate"], "invalid_action_rate": episodes["invalid_action_rate"],
                "adv/traj_mean": float(adv_traj.mean()), "adv/traj_abs_mean": float(np.abs(adv_traj).mean()),
                "adv/step_mean": float(adv_step.mean()), "adv/step_abs_mean": float(np.abs(adv_step).mean()),
                "adv/token_mean": float(token_adv[inputs.mask].mean()),
                "calib/selected_fraction": float(selected.float().mean()),
                "calib/scored_steps": len(scores.logp), "calib/truncated_steps": scores.truncated,
                "calib/skipped_steps": len(scores.skipped)}
-        for task_type in sorted({t.task_type for t in trajs}):
-            row[f"success/{task_type}"] = float(np.mean([t.won for t in trajs if t.task_type == task_type]))
+        row.update({f"success/{kind}": per["success_rate"] for kind, per in episodes["per_type"].items()})
         task_scores = [t.score for t in trajs if t.score is not None]
         if task_scores:  # environments with a task score (WebShop)
             row["score_mean"] = float(np.mean(task_scores))
@@ -396,13 +392,13 @@ class Trainer:
         specs = self.games.validation(self.cfg.val_tasks)
         trajs = evaluation_episodes(self.policy, specs, EvalSampling.from_config(self.cfg), step=step,
                                     desc="validation")
-        row = {"val/success_rate": float(np.mean([t.won for t in trajs]))}
-        for task_type in sorted({t.task_type for t in trajs}):
-            row[f"val/success/{task_type}"] = float(np.mean([t.won for t in trajs if t.task_type == task_type]))
         spec = get_environment(self.cfg.env)
-        scalars = {name: value for name, value in spec.load_runtime().metrics(trajs).items()
-                   if name in spec.evaluation.metrics and isinstance(value, (int, float)) and not isinstance(value, bool)}
-        row.update({f"val/{name}": float(value) for name, value in scalars.items() if f"val/{name}" not in row})
+        metrics = spec.load_runtime().metrics(trajs)  # success_metrics and the environment's own numbers
+        row = {"val/success_rate": metrics["success_rate"]}
+        row.update({f"val/success/{kind}": per["success_rate"] for kind, per in metrics["per_type"].items()})
+        row.update({f"val/{name}": float(value) for name, value in metrics.items()
+                    if name in spec.evaluation.metrics and f"val/{name}" not in row
+                    and isinstance(value, (int, float)) and not isinstance(value, bool)})
         return row
 
     def fit(self) -> Path:
