@@ -49,7 +49,7 @@ REPLAY_VIEWS = ("full", "ablated")
 """Views pre-rendered for every step."""
 
 _LOCK = threading.Lock()
-_SETTINGS: dict[int, TrainConfig] = {}
+_SETTINGS: dict[str, TrainConfig] = {}
 _SOURCES: dict[str, Any] = {}
 
 
@@ -137,7 +137,7 @@ class EnvironmentAgentLoop(AgentLoopBase):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        key = id(self.config)
+        key = repr(self.config.get("ocsd"))  # one TrainConfig per distinct ocsd section (an id could be reused)
         with _LOCK:
             if key not in _SETTINGS:
                 _SETTINGS[key] = ocsd_settings(self.config)
