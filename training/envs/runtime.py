@@ -13,7 +13,7 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
-__all__ = ["EnvironmentRuntime", "TaskLists", "step_share", "success_metrics"]
+__all__ = ["EnvironmentRuntime", "TaskLists", "print_expert_play", "step_share", "success_metrics"]
 
 
 @dataclass(frozen=True)
@@ -116,3 +116,19 @@ def success_metrics(trajs: Sequence) -> dict:
 def step_share(steps: Sequence, test: Callable[[Any], bool]) -> float:
     """Share of ``steps`` for which ``test`` holds (nan without steps)."""
     return sum(bool(test(s)) for s in steps) / len(steps) if steps else float("nan")
+
+
+def print_expert_play(source, demonstration: Callable[[Any], list[tuple[str, str]]], n: int, *, max_steps: int,
+                      outcome: Callable[[Any], str], width: int = 60) -> None:
+    """Play the expert on the first ``n`` validation tasks of ``source`` and print each action with its labels,
+    then ``outcome(result)`` of the step that ended the episode (the environment commands' ``play``)."""
+    for task in source.validation(n):
+        with source.make_env([task], max_steps=max_steps) as env:
+            print(f"{task.game} [{task.task_type}] {env.reset()[0].task}")
+            for action, _ in demonstration(task):
+                r = env.step([action])[0]
+                print(f"  {action:<{width}} {r.feedback_label:<9} {r.progress_label}")
+                if r.done:
+                    print(f"  {outcome(r)}")
+                    break
+

@@ -112,17 +112,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _play(source, n: int) -> None:
+    from ocsd.environments.searchqa import SEARCHQA
+    from training.envs.runtime import print_expert_play
     from training.envs.searchqa_runtime import demonstration
 
-    for task in source.validation(n):
-        with source.make_env([task], max_steps=4) as env:
-            print(f"{task.game} [{task.task_type}] {env.reset()[0].task}")
-            for action, _ in demonstration(task):
-                r = env.step([action])[0]
-                print(f"  {action:<70} {r.feedback_label:<9} {r.progress_label}")
-                if r.done:
-                    print(f"  exact match {r.score:.0f}  won {r.won}")
-                    break
+    print_expert_play(source, demonstration, n, max_steps=SEARCHQA.max_steps, width=70,
+                      outcome=lambda r: f"exact match {r.score:.0f}  won {r.won}")
 
 
 if __name__ == "__main__":

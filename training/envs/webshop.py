@@ -55,17 +55,12 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         serve(shop, [t.goal for t in source.valid], port=args.port)
         return 0
+    from ocsd.environments.webshop import WEBSHOP
+    from training.envs.runtime import print_expert_play
     from training.envs.webshop_runtime import demonstration
 
-    for task in source.validation(args.tasks):
-        env = source.make_env([task], max_steps=15)
-        print(f"{task.game} [{task.task_type}] {env.reset()[0].task}")
-        for action, _ in demonstration(task):
-            r = env.step([action])[0]
-            print(f"  {action:<60} {r.feedback_label:<9} {r.progress_label}")
-            if r.done:
-                print(f"  score {r.score:.3f}  won {r.won}")
-                break
+    print_expert_play(source, demonstration, args.tasks, max_steps=WEBSHOP.max_steps,
+                      outcome=lambda r: f"score {r.score:.3f}  won {r.won}")
     return 0
 
 
