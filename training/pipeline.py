@@ -23,9 +23,11 @@ import pandas as pd
 import torch
 
 from ocsd.algorithm.advantages import protocol_advantages
-from ocsd.algorithm.methods import MethodSpec, TokenInputs
-from ocsd.algorithm.signals import select_steps, step_nll
+from ocsd.algorithm.methods import MethodSpec, TokenInputs, token_signal
+from ocsd.algorithm.signals import calibration_signal, select_steps, step_nll
 from training.config import TrainConfig
+from training.engines import response_token_count
+from training.envs.runtime import success_metrics
 from training.policy import Policy, timed
 from training.replay import ReplayScores, StepKey, only_views, replay_tables, score_steps
 from training.rollout import Trajectory
@@ -218,3 +220,38 @@ def replay_meta(cfg: TrainConfig, *, global_step: int, model: str, method: str, 
     if taken:
         raise ValueError(f"extra meta key(s) {taken} would replace the checkpoint's own")
     return {**meta, **extra}
+
+
+def step_metrics(spec: MethodSpec, step: int, trajs: Sequence[Trajectory], stats: BatchStatistics,
+                 inputs: TokenInputs, token_adv: torch.Tensor, scores: ReplayScores) -> dict:
+    """The ``metrics.jsonl`` row of a training step, but its timings and update metrics.
+
+    Success overall and per task type, episode length and step shares (the environment's
+    :func:`training.envs.runtime.success_metrics`), the mean return, new tokens, advantages per trajectory, step
+    and token, the selected share and the scored, truncated and skipped steps, and for methods with a signal the
+    mean of the signal the update used (``calib/residual_mean``) and of its bounded ``q``.
+    """
+    episodes = success_metrics(list(trajs))
+    adv_step, selected = stats.advantages, stats.selected
+    # a trajectory's advantage: the mean over its steps (all equal under reward_mode=trajectory)
+    adv_traj = np.bincount(stats.traj_of_row, adv_step, len(trajs)) / np.bincount(stats.traj_of_row,
+                                                                                    minlength=len(trajs))
+    row = {"step": step, "reward_mean": float(stats.returns.mean()), "success_rate": episodes["success_rate"],
+           "episode_length": episodes["mean_steps"], "rollout/new_tokens": response_token_count(trajs),
+           "well_formed_rate": episodes["well_formed_rate"], "invalid_action_rate": episodes["invalid_action_rate"],
+           "adv/traj_mean": float(adv_traj.mean()), "adv/traj_abs_mean": float(np.abs(adv_traj).mean()),
+           "adv/step_mean": float(adv_step.mean()), "adv/step_abs_mean": float(np.abs(adv_step).mean()),
+           "adv/token_mean": float(token_adv[inputs.mask].mean()),
+           "calib/selected_fraction": float(selected.float().mean()),
+           "calib/scored_steps": len(scores.logp), "calib/truncated_steps": scores.truncated,
+           "calib/skipped_steps": len(scores.skipped)}
+    row.update({f"success/{kind}": per["success_rate"] for kind, per in episodes["per_type"].items()})
+    task_scores = [t.score for t in trajs if t.score is not None]
+    if task_scores:  # environments with a task score (WebShop)
+        row["score_mean"] = float(np.mean(task_scores))
+    if spec.signal and len(scores.logp):
+        e = token_signal(spec, inputs)[inputs.selected.unsqueeze(1) & inputs.mask]  # the update's signal
+        q = calibration_signal(e)
+        row.update({"calib/residual_mean": float(e.mean()), "calib/q_mean": float(q.mean()),
+                    "calib/q_abs_mean": float(q.abs().mean())})
+    return row

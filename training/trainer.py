@@ -37,22 +37,19 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from ocsd.algorithm.advantages import linear_decay
-from ocsd.algorithm.methods import MethodSpec, get_method, token_advantages, token_signal
-from ocsd.algorithm.signals import calibration_signal
+from ocsd.algorithm.methods import MethodSpec, get_method, token_advantages
 from ocsd.environments import get_environment
 from ocsd.records import (LOCK_FILE, METRICS_FILE, RECORDED_VIEWS, RUN_FILE, RecordError, RunLock,
                           RunWriter, checkpoint_dirs, checkpoint_folders, read_run_info, write_replay)
 from training.config import TrainConfig
-from training.engines import response_token_count
-from training.pipeline import collect_batch, record_tables, replay_meta, score_selected, step_tasks, token_inputs
+from training.pipeline import (collect_batch, record_tables, replay_meta, score_selected, step_metrics, step_tasks,
+                               token_inputs)
 from training.policy import Policy, load_policy, timed, write_actor
 from training.replay import ReplayScores, StepKey
-from training.envs.runtime import success_metrics
 from training.rollout import Trajectory
 from training.teachers import skill_prefix, teacher_prompt_ids
 from training.update import LossSettings, UpdateBatch, ppo_update
@@ -335,7 +332,7 @@ class Trainer:
                     raise TrainingError(f"step {step}: {exc}; the run stops and keeps its last checkpoint "
                                         f"in {cfg.run_dir}") from exc
                 self.policy.weights_updated()
-            row = self._metrics(step, trajs, stats, inputs, token_adv, scores, update_metrics)
+            row = {**step_metrics(spec, step, trajs, stats, inputs, token_adv, scores), **update_metrics}
             if is_ckpt:
                 with timed(timings, "time/save_checkpoint"):
                     steps_df, tokens_df = record_tables(trajs, stats, scores if cfg.write_replay else ReplayScores(),
@@ -350,33 +347,6 @@ class Trainer:
     def _lr(self, step: int) -> float:
         warm = int(self.cfg.warmup_ratio * self.cfg.total_steps)
         return self.cfg.lr * min(1.0, step / warm) if warm > 0 else self.cfg.lr
-
-    def _metrics(self, step, trajs, stats, inputs, token_adv, scores, update_metrics) -> dict:
-        episodes = success_metrics(trajs)
-        adv_step, selected = stats.advantages, stats.selected
-        # a trajectory's advantage: the mean over its steps (all equal under reward_mode=trajectory)
-        adv_traj = np.bincount(stats.traj_of_row, adv_step, len(trajs)) / np.bincount(stats.traj_of_row,
-                                                                                        minlength=len(trajs))
-        row = {"step": step, "reward_mean": float(stats.returns.mean()), "success_rate": episodes["success_rate"],
-               "episode_length": episodes["mean_steps"], "rollout/new_tokens": response_token_count(trajs),
-               "well_formed_rate": episodes["well_formed_rate"], "invalid_action_rate": episodes["invalid_action_rate"],
-               "adv/traj_mean": float(adv_traj.mean()), "adv/traj_abs_mean": float(np.abs(adv_traj).mean()),
-               "adv/step_mean": float(adv_step.mean()), "adv/step_abs_mean": float(np.abs(adv_step).mean()),
-               "adv/token_mean": float(token_adv[inputs.mask].mean()),
-               "calib/selected_fraction": float(selected.float().mean()),
-               "calib/scored_steps": len(scores.logp), "calib/truncated_steps": scores.truncated,
-               "calib/skipped_steps": len(scores.skipped)}
-        row.update({f"success/{kind}": per["success_rate"] for kind, per in episodes["per_type"].items()})
-        task_scores = [t.score for t in trajs if t.score is not None]
-        if task_scores:  # environments with a task score (WebShop)
-            row["score_mean"] = float(np.mean(task_scores))
-        if self.spec.signal and len(scores.logp):
-            e = token_signal(self.spec, inputs)[inputs.selected.unsqueeze(1) & inputs.mask]  # the update's signal
-            q = calibration_signal(e)
-            row.update({"calib/residual_mean": float(e.mean()), "calib/q_mean": float(q.mean()),
-                        "calib/q_abs_mean": float(q.abs().mean())})
-        row.update(update_metrics)
-        return row
 
     def _validates(self, step: int) -> bool:
         """Whether validation follows training step ``step`` (every ``test_freq`` steps and the last)."""
