@@ -19,87 +19,28 @@ import torch
 
 pytest.importorskip("verl")
 
-from tests.diagnostics.acting import AdmissibleEngine  # noqa: E402
+from tests.training.verl_support import agent_rows, episodes, single_device, teacher_context  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def batch(alfworld_games, smollm2_tokenizer):
-    from ocsd.replay.prompts import PromptRenderer
-    from training.config import make_config
-    from training.envs.games import GameSource
-    from training.rollout import GenerationSettings, rollout
-
-    cfg = make_config(dict(data="generated", games_dir=str(alfworld_games), n_train_games=2, n_val_games=2,
-                           max_steps=5, history_length=1, max_prompt_length=1024, progress=False, rho=0.5, seed=3))
-    games = GameSource.from_config(cfg, valid=False).train
-    specs = [g for g in games for _ in range(2)]
-    tasks = [{"uid": f"s7_t{i // 2}_r{i % 2}", "group_uid": f"s7_t{i // 2}"} for i in range(len(specs))]
-    renderer = PromptRenderer(smollm2_tokenizer)
-    env = GameSource.make_env(specs, max_steps=5)
-    acting = AdmissibleEngine(p_invalid=0.4).responder(smollm2_tokenizer, None, 11)
-    rng = np.random.default_rng(12)
-    malformed = smollm2_tokenizer("I am not sure what to do.")["input_ids"] + [smollm2_tokenizer.eos_token_id]
-
-    def respond(active, prompts):  # some outputs without the action format: their steps are penalised
-        return [malformed if rng.random() < 0.3 else ids for ids in acting(active, prompts)]
-
-    trajs = rollout(None, smollm2_tokenizer, renderer, env, tasks, env_name="alfworld", history_length=1,
-                    max_prompt_length=1024, settings=GenerationSettings(), progress=False, respond=respond)
-    env.close()
-    return cfg, trajs, renderer
+    return episodes(alfworld_games, smollm2_tokenizer)
 
 
 @pytest.mark.parametrize("method", ["ocsd", "grpo", "ocsd_random_select", "ocsd_no_ablated", "sdar"])
 def test_verl_rows_give_the_single_device_advantages(batch, tiny_model, method):
-    from ocsd.algorithm.advantages import linear_decay
-    from ocsd.algorithm.methods import get_method, token_advantages
-    from ocsd.replay.scoring import ReplayScorer, sequence_logprobs
-    from training.pipeline import step_keys, step_statistics, token_inputs
-    from training.replay import score_steps
-    from training.teachers import skill_prefix, teacher_prompt_ids
-    from training.verl.agent_loop import step_outputs
+    from ocsd.algorithm.methods import get_method
+    from ocsd.replay.scoring import sequence_logprobs
     from training.verl.batch import StepRow, batch_advantages
 
     cfg, trajs, renderer = batch
     spec, step = get_method(method), 7
-    keys = step_keys(trajs)
-    old = [sequence_logprobs(tiny_model, trajs[t].steps[k].prompt_ids, trajs[t].steps[k].response_ids)
-           for t, k in keys]
-    width = max(len(x) for x in old)
-    logp, mask = torch.zeros(len(old), width), torch.zeros(len(old), width, dtype=torch.bool)
-    for i, x in enumerate(old):
-        logp[i, : len(x)], mask[i, : len(x)] = torch.from_numpy(x), True
-
-    # single-device
-    stats = step_statistics(trajs, logp, mask, reward_mode=cfg.reward_mode, invalid_penalty=cfg.invalid_action_penalty,
-                            selection=spec.selection, rho=cfg.rho, generator=np.random.default_rng([cfg.seed, step, 3]))
-    scorer = ReplayScorer(tiny_model, progress=False)
-    scores = score_steps(scorer, renderer, trajs, stats.selected_keys, list(spec.replay_views), stats.student_logp(),
-                         env_name="alfworld", max_prompt_length=1024) if spec.replay_views else None
-    from training.replay import ReplayScores
-
-    def teacher_context(traj, s):  # the baselines' privileged prompt, as Trainer._teacher_logp builds it
-        return teacher_prompt_ids(renderer.tokenizer, s.prompt_ids, skill_prefix("alfworld", traj.task_type), 1024)
-
-    teacher_logp = None
-    if spec.privileged_teacher:
-        teacher_logp = torch.zeros_like(logp)
-        for i, (t, k) in enumerate(keys):
-            s = trajs[t].steps[k]
-            teacher_logp[i, : len(old[i])] = torch.from_numpy(
-                sequence_logprobs(tiny_model, teacher_context(trajs[t], s), s.response_ids))
-    inputs = token_inputs(spec, stats, scores or ReplayScores(), teacher_logp)
-    expected = token_advantages(spec, inputs, beta=cfg.beta,
-                                rlsd_lambda=linear_decay(step, cfg.rlsd_lambda, cfg.rlsd_warmdown_steps),
-                                rlsd_clip_eps=cfg.rlsd_clip_eps)
+    ref = single_device(cfg, trajs, renderer, tiny_model, method, step)
+    keys, old, stats, expected = ref.keys, ref.old, ref.stats, ref.expected
 
     # veRL: the agent loop's outputs, keyed as verl keys them, in a shuffled order
-    rows = []
-    for traj in trajs:
-        session = traj.uid.rsplit("_r", 1)[1]
-        for i, out in enumerate(step_outputs(traj, env_name="alfworld", renderer=renderer, max_prompt_length=1024,
-                                             invalid_penalty=cfg.invalid_action_penalty)):
-            rows.append(StepRow(f"{traj.group_uid}_{session}_{i}", out.prompt_ids, out.response_ids, out.extra_fields))
+    rows = [StepRow(key, out.prompt_ids, out.response_ids, out.extra_fields)
+            for key, out in agent_rows(cfg, trajs, renderer)]
     order = np.random.default_rng(0).permutation(len(rows))
     rows = [rows[i] for i in order]
     by_pair = {(r.extra["ocsd_traj_uid"], r.extra["ocsd_step"]): r.key for r in rows}
@@ -111,7 +52,7 @@ def test_verl_rows_give_the_single_device_advantages(batch, tiny_model, method):
         return {(r.key, r.view): sequence_logprobs(tiny_model, r.context_ids, r.response_ids) for r in requests}
 
     got = batch_advantages(rows, old_by_key, spec=spec, cfg=cfg, step=step, score=score,
-                           teacher_context=teacher_context)
+                           teacher_context=teacher_context(renderer.tokenizer))
 
     assert [t.uid for t in got.trajs] == [t.uid for t in trajs]
     assert torch.equal(got.stats.selected, stats.selected) and np.allclose(got.stats.advantages, stats.advantages)
@@ -124,8 +65,9 @@ def test_verl_rows_give_the_single_device_advantages(batch, tiny_model, method):
         adv = got.advantages[by_pair[(trajs[t].uid, k)]]
         assert adv.shape == (len(old[i]),)
         torch.testing.assert_close(adv, expected[i, : len(old[i])], atol=2e-4, rtol=1e-4)
+    torch.testing.assert_close(got.token_adv[ref.mask], expected[ref.mask], atol=2e-4, rtol=1e-4)
     if spec.signal:  # the residual moved some advantages away from GRPO's
-        assert not torch.allclose(expected[mask], inputs.adv[:, None].expand_as(expected)[mask])
+        assert not torch.allclose(expected[ref.mask], ref.inputs.adv[:, None].expand_as(expected)[ref.mask])
 
 
 def test_rows_that_do_not_make_whole_trajectories_are_refused(batch):

@@ -14,6 +14,8 @@ pytest.importorskip("verl")
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ("import verl\n"
          "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
+         "from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY\n"
+         "print(TRAINER_REGISTRY.get('ocsd_sync'))\n"
          "print(_agent_loop_registry.get('ocsd_env'))\n")
 
 
@@ -28,7 +30,9 @@ def test_plugin_registers_the_agent_loop_in_a_fresh_interpreter(how):
     out = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "{'_target_': 'training.verl.agent_loop.EnvironmentAgentLoop'}"
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == "{'_target_': 'training.verl.agent_loop.EnvironmentAgentLoop'}"
+    assert lines[-2] == "<class 'training.verl.trainer.OCSDTrainer'>"
 
 
 def test_without_the_plugin_verl_has_no_such_agent_loop():
@@ -36,7 +40,7 @@ def test_without_the_plugin_verl_has_no_such_agent_loop():
     env.pop("VERL_USE_EXTERNAL_MODULES", None)
     out = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=300)
-    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "None"
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-2:] == ["None", "None"]
 
 
 def test_checkpoint_callback_writes_records_the_validator_accepts(tmp_path):

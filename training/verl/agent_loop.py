@@ -41,7 +41,7 @@ from training.replay import step_record
 from training.rollout import GenerationSettings, Trajectory, rollout
 from training.verl.tasks import AGENT_NAME, task_of_row
 
-__all__ = ["EnvironmentAgentLoop", "REPLAY_VIEWS", "SUCCESS_REWARD", "ocsd_settings", "step_outputs"]
+__all__ = ["EnvironmentAgentLoop", "REPLAY_VIEWS", "SUCCESS_REWARD", "ocsd_settings", "step_outputs", "task_source"]
 
 SUCCESS_REWARD = 10.0
 """Reward of a won episode (SDAR: "win for 10, lose for 0", env_package/webshop/envs.py:47-50)."""
@@ -74,7 +74,7 @@ def ocsd_settings(trainer_config) -> TrainConfig:
     return TrainConfig(**values)
 
 
-def _task_source(cfg: TrainConfig):
+def task_source(cfg: TrainConfig):
     """The task source of ``cfg``'s environment, one per process and settings (it may hold a server)."""
     key = repr(sorted(cfg.to_dict().items()))
     with _LOCK:
@@ -159,7 +159,7 @@ class EnvironmentAgentLoop(AgentLoopBase):
             futures = [asyncio.run_coroutine_threadsafe(self._generate(p, sampling_params), loop) for p in prompts]
             return [f.result() for f in futures]
 
-        env = _task_source(cfg).make_env([task], max_steps=cfg.max_steps, workers=0, seed=seed)
+        env = task_source(cfg).make_env([task], max_steps=cfg.max_steps, workers=0, seed=seed)
         try:
             return rollout(None, self.tokenizer, self.renderer, env, tasks, env_name=env_name,
                            history_length=cfg.history_length, max_prompt_length=cfg.max_prompt_length,
@@ -172,7 +172,7 @@ class EnvironmentAgentLoop(AgentLoopBase):
         if "ocsd_env" in kwargs and get_environment(str(kwargs["ocsd_env"])).name != get_environment(
                 self.settings.env).name:
             raise ConfigError(f"data-set row of environment {kwargs['ocsd_env']!r}, but ocsd.env={self.settings.env!r}")
-        source = await asyncio.get_running_loop().run_in_executor(None, _task_source, self.settings)
+        source = await asyncio.get_running_loop().run_in_executor(None, task_source, self.settings)
         env_name, task = task_of_row(kwargs, source)
         uid = str(kwargs.get("uid") or uuid4().hex)
         session = int(kwargs.get("session_id", 0))

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ocsd.algorithm.advantages import linear_decay
-from ocsd.algorithm.methods import MethodSpec, token_advantages
+from ocsd.algorithm.methods import MethodSpec, TokenInputs, token_advantages
 from training.config import TrainConfig
 from training.pipeline import BatchStatistics, step_keys, step_statistics, token_inputs
 from training.replay import ReplayScores, StepKey
@@ -139,6 +139,10 @@ class BatchAdvantages:
     stats : training.pipeline.BatchStatistics
     scores : training.replay.ReplayScores
         Full and Ablated log-probs of the scored steps (for the records and metrics).
+    inputs : ocsd.algorithm.methods.TokenInputs
+        What the advantage rule read, rows in (trajectory, step) order.
+    token_adv : torch.Tensor
+        The token advantages in the same padded layout.
     """
 
     advantages: dict[str, torch.Tensor]
@@ -146,6 +150,8 @@ class BatchAdvantages:
     where: dict[str, StepKey]
     stats: BatchStatistics
     scores: ReplayScores
+    inputs: TokenInputs
+    token_adv: torch.Tensor
 
 
 def batch_advantages(rows: Sequence[StepRow], old_logp: Mapping[str, np.ndarray], *, spec: MethodSpec,
@@ -229,4 +235,4 @@ def batch_advantages(rows: Sequence[StepRow], old_logp: Mapping[str, np.ndarray]
                            rlsd_lambda=linear_decay(step, cfg.rlsd_lambda, cfg.rlsd_warmdown_steps),
                            rlsd_clip_eps=cfg.rlsd_clip_eps)
     advantages = {key_of[tk]: adv[i, : int(mask[i].sum())].clone() for i, tk in enumerate(keys)}
-    return BatchAdvantages(advantages, trajs, where, stats, scores)
+    return BatchAdvantages(advantages, trajs, where, stats, scores, inputs, adv)

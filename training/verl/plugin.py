@@ -2,22 +2,28 @@
 
 verl imports the modules of the ``verl.plugins`` entry-point group at ``import verl`` (this package declares
 ``ocsd = "training.verl.plugin"`` in ``pyproject.toml``); ``VERL_USE_EXTERNAL_MODULES=training.verl.plugin`` does
-the same where the package is not installed. Importing this module registers the agent loop
-:class:`training.verl.agent_loop.EnvironmentAgentLoop` under ``agent_name`` ``ocsd_env``, so Ray workers that
-import verl find it by name.
+the same where the package is not installed. Importing this module registers
+
+- the agent loop :class:`training.verl.agent_loop.EnvironmentAgentLoop` under ``agent_name`` ``ocsd_env``;
+- the trainer :class:`training.verl.trainer.OCSDTrainer` under ``trainer.v1.trainer_mode`` ``ocsd_sync``;
+
+so the Ray processes that import verl (the task runner, the agent-loop workers) find them by name.
 """
 
 from __future__ import annotations
 
-from training.verl import agent_loop  # noqa: F401  (registers the agent loop)
+from training.verl import agent_loop, trainer  # noqa: F401  (register the agent loop and the trainer)
 from training.verl.tasks import AGENT_NAME
+from training.verl.trainer import TRAINER_MODE
 
-__all__ = ["AGENT_NAME", "registered"]
+__all__ = ["AGENT_NAME", "TRAINER_MODE", "registered"]
 
 
 def registered() -> bool:
-    """Whether verl's agent-loop registry holds the suite's agent loop."""
+    """Whether verl's registries hold the suite's agent loop and trainer."""
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+    from verl.trainer.ppo.v1 import get_trainer_cls
 
-    return _agent_loop_registry.get(AGENT_NAME, {}).get("_target_") == (
+    loop = _agent_loop_registry.get(AGENT_NAME, {}).get("_target_") == (
         f"{agent_loop.EnvironmentAgentLoop.__module__}.{agent_loop.EnvironmentAgentLoop.__qualname__}")
+    return loop and get_trainer_cls(TRAINER_MODE) is trainer.OCSDTrainer

@@ -1,0 +1,230 @@
+"""The veRL trainer's overrides (:class:`training.verl.trainer.OCSDTrainer`) on verl's real store, and GRPO parity
+with verl's own advantage functions.
+
+The batch (:mod:`tests.training.verl_support`: real ALFWorld episodes, two tasks x two rollouts) is put into
+TransferQueue (on a local Ray) as verl's agent-loop worker puts it, padded by verl's
+``upsample_batch_to_divisible_size`` and reordered. A stub trainer (verl's ``__init__`` would start the FSDP and
+rollout workers) holds a worker group whose ``compute_log_prob`` is a plain forward of the tiny model over the rows'
+ids, written back as verl's engine writes ``log_probs``. verl's own ``_compute_old_log_prob`` then runs, then the
+trainer's ``_compute_advantage``; the stored advantages must equal the single-device trainer's on the same batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("verl")
+pytest.importorskip("transfer_queue")
+
+from tests.training.verl_support import agent_rows, episodes, single_device  # noqa: E402
+
+STEP = 4
+
+
+@pytest.fixture(scope="module")
+def batch(alfworld_games, smollm2_tokenizer):
+    return episodes(alfworld_games, smollm2_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def store():
+    import ray
+    import transfer_queue as tq
+
+    started = not ray.is_initialized()
+    if started:  # logical CPUs: the store's controller and its two storage units take one each
+        ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    tq.init()
+    yield tq
+    tq.close()
+    if started:
+        ray.shutdown()
+
+
+class ForwardWorkerGroup:
+    """The actor worker group's ``compute_log_prob`` contract on the store, computed by plain forwards of ``model``:
+    reads the rows' ``prompts`` and ``responses``, writes ``log_probs`` over the whole sequence (position t holds
+    log p(token t+1), as verl's engine returns them) and ``entropy``."""
+
+    def __init__(self, model, dp_size: int):
+        self.model, self._dispatch_info, self.metas = model, {"actor": list(range(dp_size))}, []
+
+    def compute_log_prob(self, meta):
+        import transfer_queue as tq
+        from tensordict import TensorDict
+
+        from ocsd.replay.scoring import sequence_logprobs
+
+        assert len(meta.keys) % len(self._dispatch_info["actor"]) == 0, "rows not divisible by the DP size"
+        data = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["prompts", "responses"])
+        logp = []
+        for p, r in zip(data["prompts"].unbind(0), data["responses"].unbind(0)):
+            full = torch.zeros(len(p) + len(r))
+            full[len(p) - 1: len(p) + len(r) - 1] = torch.from_numpy(sequence_logprobs(self.model, p.tolist(),
+                                                                                       r.tolist()))
+            logp.append(full)
+        nested = torch.nested.as_nested_tensor(logp, layout=torch.jagged)
+        tq.kv_batch_put(keys=meta.keys, partition_id=meta.partition_id,
+                        fields=TensorDict({"log_probs": nested, "entropy": nested.clone()}, batch_size=len(logp)))
+        self.metas.append(meta)
+        return meta
+
+
+def put_batch(tq, cfg, trajs, renderer, eos_token_id: int, *, dp_size: int, seed: int):
+    """The batch in the store as the agent-loop worker writes it, padded by verl to a multiple of ``dp_size``
+    (with at least two padding rows) and reordered."""
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    keys, fields, tags = [], [], []
+    for key, out in agent_rows(cfg, trajs, renderer):
+        uid, session, _ = key.rsplit("_", 2)
+        field = out.as_dict()
+        field.update(uid=uid, session_id=int(session), global_steps=STEP)
+        field["loss_mask"] = field["response_mask"]
+        field["input_ids"] = torch.cat([field["prompts"], field["responses"]])
+        field["position_ids"] = torch.arange(len(field["input_ids"]))
+        keys.append(key)
+        fields.append(field)
+        tags.append({"status": "success", "prompt_len": len(field["prompts"]), "response_len": len(field["responses"]),
+                     "seq_len": len(field["input_ids"]), "global_steps": STEP})
+    tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=tags)
+    meta = upsample_batch_to_divisible_size(KVBatchMeta(keys=keys, tags=tags, partition_id="train"),
+                                            dp_size * (len(keys) // dp_size + 2), eos_token_id)
+    meta.reorder(list(np.random.default_rng(seed).permutation(len(meta)).tolist()))
+    return meta
+
+
+def stub_trainer(cfg, tokenizer, worker_group, run_dir, *, save_freq: int):
+    """An :class:`OCSDTrainer` with what its overrides and verl's ``_compute_old_log_prob`` read."""
+    from omegaconf import OmegaConf
+
+    from training.verl.trainer import OCSDTrainer, supported_method
+
+    config = OmegaConf.create({
+        "ocsd": cfg.to_dict(),
+        "trainer": {"save_freq": save_freq, "default_local_dir": str(run_dir)},
+        "algorithm": {"use_kl_in_reward": False},
+        "actor_rollout_ref": {"model": {"path": "tiny-random"},
+                              "rollout": {"temperature": 1.0, "calculate_log_probs": False},
+                              "actor": {"loss_agg_mode": "token-mean", "loss_scale_factor": None}}})
+    trainer = OCSDTrainer.__new__(OCSDTrainer)  # verl's __init__ would start the workers
+    trainer.config, trainer.ocsd = config, cfg
+    trainer.ocsd_spec = supported_method(cfg.method)
+    trainer.actor_rollout_wg, trainer.tokenizer = worker_group, tokenizer
+    trainer.global_steps, trainer.total_training_steps, trainer.timing_raw, trainer.ocsd_row = STEP, 10, {}, {}
+    return trainer
+
+
+@pytest.mark.parametrize("method", ["ocsd", "grpo", "rlsd"])
+def test_trainer_stores_the_single_device_advantages(batch, store, tiny_model, smollm2_tokenizer, tmp_path, method):
+    from ocsd.records import read_replay, read_run_info, validate_path
+    from training.verl.checkpoint import ReplayCheckpointCallback
+    from training.verl.trainer import REPLAY_PARTITION, metrics_row
+
+    cfg, trajs, renderer = batch
+    cfg = replace(cfg, method=method, run_name=f"verl_{method}")
+    ref = single_device(cfg, trajs, renderer, tiny_model, method, STEP)
+    eos = smollm2_tokenizer.eos_token_id
+    meta = put_batch(store, cfg, trajs, renderer, eos, dp_size=2, seed=1)
+    group = ForwardWorkerGroup(tiny_model, dp_size=2)
+    run = tmp_path / "run"
+    trainer = stub_trainer(cfg, smollm2_tokenizer, group, run, save_freq=2)  # step 4: a checkpoint step
+    metrics = {}
+    meta = trainer._compute_old_log_prob(meta, metrics)  # verl's own pass
+    trainer._compute_advantage(meta, metrics)
+
+    got = store.kv_batch_get(keys=meta.keys, partition_id="train", select_fields=["advantages", "returns",
+                                                                                    "extra_fields"])
+    adv = dict(zip(meta.keys, got["advantages"].unbind(0)))
+    position = {(t.uid, k): i for i, (t, k) in enumerate((trajs[t], k) for t, k in ref.keys)}
+    padding = [k for k, tag in zip(meta.keys, meta.tags) if tag.get("is_padding")]
+    assert len(padding) >= 2 and len(meta) % 2 == 0 and all(float(adv[k].abs().sum()) == 0 for k in padding)
+    for key, extra in zip(meta.keys, list(got["extra_fields"])):
+        if key in padding:
+            continue
+        i = position[(extra["ocsd_traj_uid"], extra["ocsd_step"])]
+        torch.testing.assert_close(adv[key], ref.expected[i, : len(ref.old[i])], atol=2e-4, rtol=1e-4)
+    assert np.abs(ref.stats.advantages).max() > 0
+
+    # the replay rows went to their own partition, padded to the DP size, and were cleared
+    scoring = [m for m in group.metas if m.partition_id == REPLAY_PARTITION]
+    assert scoring and all(len(m.keys) % 2 == 0 for m in scoring)
+    assert store.kv_list(REPLAY_PARTITION).get(REPLAY_PARTITION, {}) == {}
+    if method == "rlsd":
+        assert trainer.timing_raw["ocsd_teacher_logprob"] > 0
+
+    # a checkpoint step: both views scored and held, written by the callback where verl saved
+    ReplayCheckpointCallback().on_save(trainer, STEP, str(run / f"global_step_{STEP}"))
+    assert validate_path(run / f"global_step_{STEP}") == []
+    replay = read_replay(run / f"global_step_{STEP}")
+    assert read_run_info(run)["backend"] == "verl" and replay.metas[0]["backend"] == "verl"
+    steps, tokens = replay.steps, replay.tokens
+    assert len(steps) == len(ref.keys) and int(steps["selected"].sum()) == int(ref.stats.selected.sum())
+    scored = steps[steps["scored"]]
+    assert len(scored) == int(ref.stats.selected.sum()) and len(tokens) == int(scored["n_tokens"].sum())
+    assert tokens[["logp_full", "logp_ablated"]].notna().all().all()
+    assert (tokens["logp_full"] != tokens["logp_ablated"]).any()
+
+    row = metrics_row(trainer.ocsd_row, {"adv": 2.0, "ocsd_replay_scoring": 0.5, "gen": 7.0}, metrics)
+    assert row["step"] == STEP and row["time/rollout"] == 7.0 and row["time/advantage"] == pytest.approx(1.5)
+    assert row["success_rate"] == pytest.approx(np.mean([t.won for t in trajs]))
+    assert "actor/entropy" in row and not any(k.startswith("ocsd/") for k in row)
+
+
+def test_methods_with_a_distillation_loss_are_refused():
+    from training.config import ConfigError
+    from training.verl.trainer import supported_method
+
+    for name in ("sdar", "opsd", "grpo_opsd"):
+        with pytest.raises(ConfigError, match=f"ocsd.method='{name}'.*python -m training.train"):
+            supported_method(name)
+    assert supported_method("ocsd_random_select").name == "ocsd_random_select"
+
+
+@pytest.mark.parametrize("mode", ["sdar", "trajectory"])
+def test_grpo_advantages_equal_verls(batch, mode):
+    """``sdar``: every step sample scored and normalised over its task's samples, as verl's
+    ``compute_grpo_outcome_advantage`` does with the task's uid as index (SDAR's runs). ``trajectory`` (no penalty):
+    verl v1's ``compute_advantage_for_multi_trajectories`` on the agent loop's keys, the episode reward on each
+    session's final output. One rollout of each task is marked won, so that both groups have spread."""
+    from verl import DataProto
+    from verl.trainer.ppo.core_algos import AdvantageEstimator, compute_grpo_outcome_advantage
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    from training.pipeline import step_keys, step_statistics
+
+    cfg, trajs, renderer = batch
+    trajs = [replace(t, won=i in (0, 3)) for i, t in enumerate(trajs)]  # one win in each group
+    keys = step_keys(trajs)
+    lengths = [len(trajs[t].steps[k].response_ids) for t, k in keys]
+    mask = torch.zeros(len(keys), max(lengths), dtype=torch.bool)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = True
+    penalty = 0.1 if mode == "sdar" else 0.0
+    stats = step_statistics(trajs, torch.zeros(mask.shape), mask, reward_mode=mode, invalid_penalty=penalty,
+                            selection="top", rho=0.5, generator=np.random.default_rng(0))
+    assert np.abs(stats.advantages).max() > 0
+    last = torch.tensor(lengths) - 1
+    if mode == "sdar":
+        rewards = torch.zeros(mask.shape)
+        rewards[torch.arange(len(keys)), last] = torch.as_tensor(stats.rewards, dtype=torch.float32)
+        index = np.array([trajs[t].group_uid for t, _ in keys], dtype=object)
+        adv, _ = compute_grpo_outcome_advantage(rewards, mask.float(), index, epsilon=1e-6)
+    else:
+        row_keys = [f"{trajs[t].group_uid}_{trajs[t].uid.rsplit('_r', 1)[1]}_{k}" for t, k in keys]
+        rewards = torch.zeros(mask.shape)
+        final = [k == len(trajs[t].steps) - 1 for t, k in keys]
+        rewards[torch.arange(len(keys)), last] = torch.tensor(
+            [10.0 * trajs[t].won if f else 0.0 for (t, _), f in zip(keys, final)])
+        data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask.long()},
+                                   non_tensors={"uid": np.array([trajs[t].group_uid for t, _ in keys], dtype=object)})
+        adv = compute_advantage_for_multi_trajectories(data, row_keys, AdvantageEstimator.GRPO,
+                                                       num_repeat=2).batch["advantages"]
+    expected = torch.as_tensor(stats.advantages, dtype=torch.float32)[:, None].expand_as(adv) * mask
+    torch.testing.assert_close(adv.float(), expected, atol=1e-5, rtol=1e-5)

@@ -1,0 +1,121 @@
+"""Shared input of the veRL backend tests: a batch of real ALFWorld episodes, its rows as verl stores them, and
+the single-device trainer's token advantages of the same batch.
+
+:func:`episodes`: two tasks x two rollouts on generated games, answered with admissible actions (40% made
+inadmissible, 30% replaced by text without the action format, so that steps are penalised and GRPO advantages are
+not all zero). :func:`agent_rows`: each step as :class:`training.verl.agent_loop.EnvironmentAgentLoop` returns it,
+keyed ``{uid}_{session}_{index}`` as verl keys it. :func:`single_device`: the advantages as
+:meth:`training.trainer.Trainer.train_step` computes them (old log-probs and views scored by plain forwards of the
+tiny model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from tests.diagnostics.acting import AdmissibleEngine
+
+MAX_PROMPT = 1024
+
+
+def episodes(games_dir, tokenizer):
+    """``(cfg, trajs, renderer)`` of the batch (see the module docstring)."""
+    from ocsd.replay.prompts import PromptRenderer
+    from training.config import make_config
+    from training.envs.games import GameSource
+    from training.rollout import GenerationSettings, rollout
+
+    cfg = make_config(dict(data="generated", games_dir=str(games_dir), n_train_games=2, n_val_games=2,
+                           max_steps=5, history_length=1, max_prompt_length=MAX_PROMPT, progress=False, rho=0.5,
+                           seed=3))
+    games = GameSource.from_config(cfg, valid=False).train
+    specs = [g for g in games for _ in range(2)]
+    tasks = [{"uid": f"s7_t{i // 2}_r{i % 2}", "group_uid": f"s7_t{i // 2}"} for i in range(len(specs))]
+    renderer = PromptRenderer(tokenizer)
+    env = GameSource.make_env(specs, max_steps=5)
+    acting = AdmissibleEngine(p_invalid=0.4).responder(tokenizer, None, 11)
+    rng = np.random.default_rng(12)
+    malformed = tokenizer("I am not sure what to do.")["input_ids"] + [tokenizer.eos_token_id]
+
+    def respond(active, prompts):  # some outputs without the action format: their steps are penalised
+        return [malformed if rng.random() < 0.3 else ids for ids in acting(active, prompts)]
+
+    trajs = rollout(None, tokenizer, renderer, env, tasks, env_name="alfworld", history_length=1,
+                    max_prompt_length=MAX_PROMPT, settings=GenerationSettings(), progress=False, respond=respond)
+    env.close()
+    return cfg, trajs, renderer
+
+
+def agent_rows(cfg, trajs, renderer) -> list[tuple[str, object]]:
+    """``(key, AgentLoopOutput)`` of every step, keyed as verl keys the agent loop's outputs."""
+    from training.verl.agent_loop import step_outputs
+
+    rows = []
+    for traj in trajs:
+        session = traj.uid.rsplit("_r", 1)[1]
+        for i, out in enumerate(step_outputs(traj, env_name="alfworld", renderer=renderer, max_prompt_length=MAX_PROMPT,
+                                             invalid_penalty=cfg.invalid_action_penalty)):
+            rows.append((f"{traj.group_uid}_{session}_{i}", out))
+    return rows
+
+
+def teacher_context(tokenizer):
+    """The baselines' privileged prompt of a step, as ``Trainer._teacher_logp`` builds it."""
+    from training.teachers import skill_prefix, teacher_prompt_ids
+
+    def context(traj, s):
+        return teacher_prompt_ids(tokenizer, s.prompt_ids, skill_prefix("alfworld", traj.task_type), MAX_PROMPT)
+
+    return context
+
+
+@dataclass
+class SingleDevice:
+    """The single-device trainer's quantities of the batch, rows in (trajectory, step) order."""
+
+    keys: list
+    old: list  # old log-probs of each step's response
+    mask: torch.Tensor
+    stats: object
+    inputs: object
+    expected: torch.Tensor  # token advantages
+
+
+def single_device(cfg, trajs, renderer, model, method: str, step: int) -> SingleDevice:
+    """The token advantages of ``method`` at ``step``, as the single-device trainer computes them."""
+    from ocsd.algorithm.advantages import linear_decay
+    from ocsd.algorithm.methods import get_method, token_advantages
+    from ocsd.replay.scoring import ReplayScorer, sequence_logprobs
+    from training.pipeline import step_keys, step_statistics, token_inputs
+    from training.replay import ReplayScores, score_steps
+
+    spec = get_method(method)
+    keys = step_keys(trajs)
+    old = [sequence_logprobs(model, trajs[t].steps[k].prompt_ids, trajs[t].steps[k].response_ids) for t, k in keys]
+    width = max(len(x) for x in old)
+    logp, mask = torch.zeros(len(old), width), torch.zeros(len(old), width, dtype=torch.bool)
+    for i, x in enumerate(old):
+        logp[i, : len(x)], mask[i, : len(x)] = torch.from_numpy(x), True
+    stats = step_statistics(trajs, logp, mask, reward_mode=cfg.reward_mode, invalid_penalty=cfg.invalid_action_penalty,
+                            selection=spec.selection, rho=cfg.rho, generator=np.random.default_rng([cfg.seed, step, 3]))
+    scores = ReplayScores()
+    if spec.replay_views:
+        scores = score_steps(ReplayScorer(model, progress=False), renderer, trajs, stats.selected_keys,
+                             list(spec.replay_views), stats.student_logp(), env_name="alfworld",
+                             max_prompt_length=MAX_PROMPT)
+    teacher_logp = None
+    if spec.privileged_teacher:
+        context = teacher_context(renderer.tokenizer)
+        teacher_logp = torch.zeros_like(logp)
+        for i, (t, k) in enumerate(keys):
+            s = trajs[t].steps[k]
+            teacher_logp[i, : len(old[i])] = torch.from_numpy(
+                sequence_logprobs(model, context(trajs[t], s), s.response_ids))
+    inputs = token_inputs(spec, stats, scores, teacher_logp)
+    expected = token_advantages(spec, inputs, beta=cfg.beta,
+                                rlsd_lambda=linear_decay(step, cfg.rlsd_lambda, cfg.rlsd_warmdown_steps),
+                                rlsd_clip_eps=cfg.rlsd_clip_eps)
+    return SingleDevice(keys, old, mask, stats, inputs, expected)
