@@ -1,0 +1,120 @@
+"""``python -m training.verl.main``: the composed config, the task rows it writes, and its refusals (``--dry-run``:
+everything up to verl's launcher, which needs GPUs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("verl")
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "training" / "verl" / "config" / "ocsd_trainer.yaml"
+
+
+def dry_run(*overrides, cwd=ROOT):
+    env = dict(os.environ, VERL_USE_EXTERNAL_PLUGINS="none")  # the plugin is not needed to compose
+    return subprocess.run([sys.executable, "-m", "training.verl.main", "--dry-run", *overrides], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=90)
+
+
+def _leaves(node, prefix=()):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, (*prefix, key))
+    else:
+        yield prefix
+
+
+def test_every_verl_key_the_config_sets_exists_in_verls_config():
+    """A misspelt key would be added silently by Hydra; each one the suite sets must be verl's own."""
+    from hydra import compose, initialize_config_module
+
+    ours = yaml.safe_load(CONFIG.read_text())
+    from omegaconf import OmegaConf
+
+    with initialize_config_module(config_module="verl.trainer.config", version_base="1.3"):
+        base = OmegaConf.to_container(compose(config_name="ppo_trainer"), resolve=False)
+    missing = []
+    for path in _leaves({k: v for k, v in ours.items() if k not in ("hydra", "defaults")}):
+        node = base
+        for part in path:
+            if part not in node:
+                missing.append(".".join(path))
+                break
+            node = node[part]
+    assert missing == []
+
+
+def test_dry_run_composes_the_paper_setting_and_writes_the_task_rows(alfworld_games, tmp_path):
+    import pandas as pd
+
+    from training.verl.tasks import AGENT_NAME
+
+    run = tmp_path / "run"
+    out = dry_run("ocsd.data=generated", f"ocsd.games_dir={alfworld_games}", f"ocsd.run_dir={run}",
+                  "ocsd.n_train_games=2", "ocsd.n_val_games=2", "ocsd.method=grpo", "ocsd.lr=3e-6",
+                  "actor_rollout_ref.model.path=/models/Qwen3-1.7B", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    config = yaml.safe_load(out.stdout)
+    ocsd, actor, rollout = config["ocsd"], config["actor_rollout_ref"]["actor"], config["actor_rollout_ref"]["rollout"]
+    # the paper's ALFWorld setting (training/configs/alfworld_paper.yaml), followed by verl's keys
+    assert (ocsd["method"], ocsd["batch_size"], ocsd["group_size"], ocsd["max_steps"]) == ("grpo", 16, 8, 50)
+    assert config["data"]["train_batch_size"] == 16 and rollout["n"] == 8
+    assert actor["optim"]["lr"] == pytest.approx(3e-6) and actor["kl_loss_coef"] == pytest.approx(0.01)
+    assert actor["use_kl_loss"] and actor["kl_loss_type"] == "low_var_kl" and actor["clip_ratio_low"] == 0.2
+    assert rollout["response_length"] == 512 and not rollout["calculate_log_probs"]
+    assert rollout["agent"]["default_agent_loop"] == AGENT_NAME
+    trainer = config["trainer"]
+    assert trainer["v1"]["trainer_mode"] == "ocsd_sync" and trainer["total_training_steps"] == 150
+    assert trainer["checkpoint_callback_class"] == "training.verl.checkpoint.ReplayCheckpointCallback"
+    assert trainer["default_local_dir"] == str(run) and ocsd["device"] == "cpu"
+    assert not (tmp_path / "outputs").exists()  # Hydra leaves no outputs/ folder behind
+    train = pd.read_parquet(run / "data" / "train.parquet")
+    valid = pd.read_parquet(run / "data" / "valid.parquet")
+    assert len(train) == 2 and len(valid) == 2 and set(train["agent_name"]) == {AGENT_NAME}
+    assert list(train["ocsd_index"]) == [0, 1] and set(valid["ocsd_split"]) == {"valid"}
+
+
+def test_other_presets_and_refusals(alfworld_games, tmp_path):
+    out = dry_run("ocsd=webshop", f"ocsd.run_dir={tmp_path / 'shop'}", "actor_rollout_ref.model.path=/m")
+    assert out.returncode == 2 and "data: no WebShop tasks named" in out.stderr  # the preset names no data
+    out = dry_run("ocsd=webshop", "ocsd.data=generated", f"ocsd.games_dir={tmp_path / 'shop_data'}",
+                  "ocsd.n_train_games=8", "ocsd.n_val_games=4",
+                  f"ocsd.run_dir={tmp_path / 'shop'}", "actor_rollout_ref.model.path=/m")
+    assert out.returncode == 0, out.stderr[-3000:]
+    config = yaml.safe_load(out.stdout)
+    assert (config["ocsd"]["env"], config["ocsd"]["max_steps"], config["data"]["max_prompt_length"]) == (
+        "webshop", 15, 4096)
+
+    out = dry_run("ocsd.method=sdar", "actor_rollout_ref.model.path=/m")
+    assert out.returncode == 2 and "ocsd.method='sdar'" in out.stderr and "python -m training.train" in out.stderr
+    out = dry_run("ocsd.data=generated", f"ocsd.games_dir={alfworld_games}", "ocsd.n_train_games=2",
+                  "ocsd.n_val_games=2", f"ocsd.run_dir={tmp_path / 'x'}")
+    assert out.returncode == 2 and "actor_rollout_ref.model.path is not set" in out.stderr
+    out = dry_run("ocsd.rho=2", "actor_rollout_ref.model.path=/m")
+    assert out.returncode == 2 and "rho" in out.stderr
+
+
+def test_paper_launch_script_passes_the_setting_on(alfworld_games, tmp_path):
+    model = tmp_path / "Qwen3-8B"
+    model.mkdir()
+    env = dict(os.environ, VERL_USE_EXTERNAL_PLUGINS="none", GPUS="4", SEED="3", RUN_ROOT=str(tmp_path / "runs"),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "verl" / "paper.sh"), "alfworld", str(model), "grpo",
+                          "--dry-run", "ocsd.data=generated", f"ocsd.games_dir={alfworld_games}",
+                          "ocsd.n_train_games=2", "ocsd.n_val_games=2"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    config = yaml.safe_load(out.stdout)
+    assert config["ocsd"]["run_dir"] == str(tmp_path / "runs" / "grpo_alfworld_Qwen3-8B_s3")
+    assert (config["ocsd"]["method"], config["ocsd"]["seed"], config["trainer"]["n_gpus_per_node"]) == ("grpo", 3, 4)
+    assert config["actor_rollout_ref"]["rollout"]["tensor_model_parallel_size"] == 2  # an 8B model
+    bad = subprocess.run(["bash", str(ROOT / "scripts" / "verl" / "paper.sh"), "alfworld", str(tmp_path / "none")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "does not exist" in bad.stderr

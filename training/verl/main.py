@@ -1,0 +1,114 @@
+"""``python -m training.verl.main [ocsd=alfworld|webshop|searchqa] [key=value ...]``: OCSD and its baselines on verl.
+
+Hydra composes verl's ``ppo_trainer`` config with ``training/verl/config/ocsd_trainer.yaml``: the trainer
+:class:`training.verl.trainer.OCSDTrainer` (``trainer.v1.trainer_mode=ocsd_sync``), the agent loop
+:class:`training.verl.agent_loop.EnvironmentAgentLoop` (``ocsd_env``), the replay records beside every checkpoint
+(:class:`training.verl.checkpoint.ReplayCheckpointCallback`), and a top-level ``ocsd:`` section holding the suite's
+settings (:class:`training.config.TrainConfig`; ``ocsd=webshop`` picks the paper's WebShop setting,
+``ocsd.method=grpo`` a baseline). verl's keys that the paper fixes (batch, rollouts, lr, clip, KL, lengths, steps,
+run folder) follow the section; ``actor_rollout_ref.model.path`` names the policy.
+
+Before verl starts, the section is completed with the suite's defaults and checked, the method is checked against
+what verl's actor can compute, and the task rows (:mod:`training.verl.tasks`) of the run's task source are written
+to ``data.train_files`` and ``data.val_files``. Then verl's own launcher runs (``run_ppo`` with its v1 task
+runner). ``--dry-run`` stops after these checks and prints the resolved config.
+
+Runs on GPUs with vLLM and verl installed (``bash scripts/gpu_stack.sh`` with ``--verl``); ``scripts/verl/`` holds
+the paper's launch commands.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from training.config import ConfigError, TrainConfig
+from training.verl.agent_loop import ocsd_settings, task_source
+from training.verl.tasks import write_task_rows
+from training.verl.trainer import supported_method
+
+__all__ = ["main", "prepare"]
+
+DRY_RUN = "--dry-run"
+
+
+def prepare(config: DictConfig) -> TrainConfig:
+    """Complete and check the ``ocsd`` section, and write the task rows verl's data set reads.
+
+    Returns
+    -------
+    TrainConfig
+        The run's settings.
+
+    Raises
+    ------
+    training.config.ConfigError
+        The section names an unknown setting or an invalid value, the method needs a loss verl's actor does not
+        compute, or ``actor_rollout_ref.model.path`` is not set.
+    ValueError
+        The environment's task source cannot be built from the section's data settings.
+    """
+    with open_dict(config):  # verl places the models; the section's device is read by CPU-only Ray processes too
+        config.ocsd.device = "cpu"
+    settings = ocsd_settings(config)
+    supported_method(settings.method)
+    with open_dict(config):
+        config.ocsd = OmegaConf.create(settings.to_dict())
+    if not config.actor_rollout_ref.model.get("path"):
+        raise ConfigError("actor_rollout_ref.model.path is not set: name the policy's Hugging Face folder")
+    source = task_source(settings)
+    for split, key in (("train", "train_files"), ("valid", "val_files")):
+        path = Path(str(config.data[key]))
+        tasks = getattr(source, split)
+        if not tasks:
+            raise ConfigError(f"ocsd: the {settings.env} task source has no {split} tasks (data={settings.data!r})")
+        write_task_rows(path, settings.env, tasks, split=split)
+    return settings
+
+
+def _run(config: DictConfig, dry_run: bool) -> None:
+    try:
+        prepare(config)
+    except ValueError as err:  # ConfigError and the task sources' data errors: a setting to change
+        print(f"training.verl.main: {err}", file=sys.stderr)
+        sys.exit(2)
+    if dry_run:
+        print(OmegaConf.to_yaml(config, resolve=True))
+        return
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    auto_set_device(config)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    run_ppo(config, task_runner_class=TaskRunnerV1)
+
+
+def register_defaults() -> None:
+    """Register every :class:`TrainConfig` setting with its default as the config ``ocsd_defaults`` (the base of
+    the ``ocsd`` section), so that ``ocsd.<key>=value`` overrides any setting, not only those the preset lists."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="ocsd_defaults", node=TrainConfig().to_dict())
+
+
+def main() -> None:
+    """The command (see the module docstring); Hydra parses ``sys.argv``."""
+    dry_run = DRY_RUN in sys.argv
+    if dry_run:
+        sys.argv.remove(DRY_RUN)
+    register_defaults()
+
+    @hydra.main(config_path="config", config_name="ocsd_trainer", version_base="1.3")
+    def entry(config: DictConfig) -> None:
+        _run(config, dry_run)
+
+    entry()
+
+
+if __name__ == "__main__":
+    main()
