@@ -1,7 +1,7 @@
 """Statistics of training runs from their ``metrics.jsonl`` rows: seed aggregates and phase times.
 
 * Seed aggregation (paper Table 1): each run contributes its last validation row (the last row
-  with ``val/success_rate``); a quantity is summarised over the seeds of a configuration by its
+  with ``val/success_rate``), or an evaluation result turned into one (:func:`evaluation_row`); a quantity is summarised over the seeds of a configuration by its
   mean and sample standard deviation (ddof 1; undefined for a single seed).
 * Phase times (paper Fig. 6): the seconds of each timing phase (``time/<phase>``) are averaged
   over the training steps that carry any of the phases, a phase a step did not run counting 0 s;
@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["VAL_OVERALL", "VAL_PREFIX", "SeedStats", "seed_stats", "last_validation", "validation_stats",
+__all__ = ["VAL_OVERALL", "VAL_PREFIX", "SeedStats", "seed_stats", "last_validation", "evaluation_row", "validation_stats",
            "PhaseTimes", "phase_times", "TaskBootstrap", "task_bootstrap"]
 
 VAL_OVERALL = "val/success_rate"
@@ -68,6 +68,31 @@ def last_validation(rows: Sequence[Mapping]) -> dict | None:
     """The last metrics row with ``val/success_rate`` (None if there is none)."""
     found = [r for r in rows if r.get(VAL_OVERALL) is not None]
     return dict(found[-1]) if found else None
+
+
+def evaluation_row(result: Mapping, metrics: Sequence[str] = ()) -> dict:
+    """A ``python -m training.evaluate --json`` result as a validation row.
+
+    ``success_rate`` becomes ``val/success_rate``, ``per_type[t]["success_rate"]`` ``val/success/<t>``, and each
+    numeric top-level key named in ``metrics`` (the environment's evaluation metrics: ``score`` of WebShop,
+    ``em_id`` ... of Search-QA) ``val/<key>``.
+
+    Raises
+    ------
+    ValueError
+        The result has no ``success_rate``.
+    """
+    if not isinstance(result.get("success_rate"), (int, float)):
+        raise ValueError("an evaluation result needs a numeric 'success_rate' (python -m training.evaluate --json)")
+    row = {VAL_OVERALL: float(result["success_rate"])}
+    for kind, per in (result.get("per_type") or {}).items():
+        if isinstance(per, Mapping) and isinstance(per.get("success_rate"), (int, float)):
+            row[f"{VAL_PREFIX}{kind}"] = float(per["success_rate"])
+    for name in metrics:
+        value = result.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and f"val/{name}" not in row:
+            row[f"val/{name}"] = float(value)
+    return row
 
 
 def validation_stats(rows: Sequence[Mapping]) -> dict[str, SeedStats]:

@@ -1,6 +1,9 @@
-"""The paper's result tables from the runs' validation rows, mean ± std over seeds.
+"""The paper's result tables from the runs' evaluations or validation rows, mean ± std over seeds.
 
-Each run contributes its last validation row (the last ``metrics.jsonl`` row with ``val/success_rate``); runs
+Each run contributes the evaluation of its last checkpoint where one was written there
+(``global_step_N/eval.json``: ``python -m training.evaluate --ckpt RUN/global_step_N --out``, e.g. on the
+real valid_seen split with ``--repeats``), else its last validation row (the last ``metrics.jsonl`` row with
+``val/success_rate``); runs
 are grouped by environment (``run.json``'s ``env``) and method (and by ``rho``/``beta`` where a method was run
 with several values). A cell is the mean over the group's seeds ± the sample standard deviation (ddof 1; only
 the mean for a single seed), from :func:`diagnostics.runs.validation_stats`, shown in percent. The best mean of
@@ -36,11 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from diagnostics.runs import VAL_OVERALL, VAL_PREFIX, SeedStats, last_validation, validation_stats
+from diagnostics.runs import VAL_OVERALL, VAL_PREFIX, SeedStats, evaluation_row, last_validation, validation_stats
 from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, add_output_options, check_paper_model,
                              check_run_dir, load_runs, method_label, read_json_file)
 from ocsd.cli import run_main
 from ocsd.environments import get_environment
+from ocsd.records import checkpoint_dirs
 
 __all__ = ["Column", "TableSpec", "read_index", "collect", "collect_by_env", "main_columns", "searchqa_columns",
            "searchqa_detail_columns", "aggregate", "paper_rows", "to_markdown", "to_latex", "build", "main"]
@@ -138,8 +142,28 @@ def _hyper(run: RunInfo, entry: dict | None, key: str):
     return config.get(key)
 
 
+EVAL_FILE = "eval.json"
+"""What ``python -m training.evaluate --out`` writes into a checkpoint folder."""
+
+
+def result_row(run: RunInfo) -> tuple[dict | None, str]:
+    """The row a run contributes and where it comes from: the evaluation of its last checkpoint
+    (``global_step_N/eval.json``) if there is one, else its last validation row (None without either)."""
+    folders = checkpoint_dirs(run.path)
+    if folders and (folders[-1][1] / EVAL_FILE).is_file():
+        path = folders[-1][1] / EVAL_FILE
+        env = str(run.info.get("env") or "alfworld")
+        try:
+            row = evaluation_row(read_json_file(path, EVAL_FILE, "evaluation result")[1],
+                                 get_environment(env).evaluation.metrics)
+        except ValueError as err:
+            raise FigureError(f"{path}: {err}") from err
+        return row, str(path.relative_to(run.path))
+    return last_validation(run.metrics), "metrics.jsonl"
+
+
 def collect_by_env(runs: Sequence[RunInfo], entries: Sequence[dict | None] | None = None):
-    """Last validation row of each run, by environment and (method, rho, beta).
+    """The row of each run (:func:`result_row`), by environment and (method, rho, beta).
 
     Returns
     -------
@@ -151,10 +175,12 @@ def collect_by_env(runs: Sequence[RunInfo], entries: Sequence[dict | None] | Non
     by_env: dict[str, dict[tuple, list]] = {}
     skipped = []
     for run, entry in zip(runs, entries):
-        row = last_validation(run.metrics)
+        row, source = result_row(run)
         if row is None:
-            skipped.append(f"{run.path}: no validation row ({VAL_OVERALL}) in metrics.jsonl")
+            skipped.append(f"{run.path}: no evaluation of its last checkpoint ({EVAL_FILE}) and no validation row "
+                           f"({VAL_OVERALL}) in metrics.jsonl")
             continue
+        print(f"tables: {run.path}: {source}", file=sys.stderr)
         method = str((entry or {}).get("method") or run.method)
         key = (method, _hyper(run, entry, "rho"), _hyper(run, entry, "beta"))
         env = str(run.info.get("env") or "alfworld")
@@ -402,7 +428,7 @@ def _main_parts(by_env: dict, keep: Callable[[tuple], bool] = lambda key: True) 
 
 def _missing(by_env: dict, wanted: Sequence[str]) -> list[str]:
     """Notes for the environments of a paper table that have no runs."""
-    return [f"{_display_name(e)} left out: no {_display_name(e)} run with a validation row." for e in wanted
+    return [f"{_display_name(e)} left out: no {_display_name(e)} run with an evaluation or a validation row." for e in wanted
             if e not in by_env]
 
 

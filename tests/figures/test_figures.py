@@ -242,6 +242,57 @@ def test_table_from_sweep_index(runs, no_val_run, tmp_path, capsys):
     assert (tmp_path / "out" / "table_main.md").exists() and not (tmp_path / "out" / "table_main.tex").exists()
 
 
+def _evaluation(rng, types, **extra) -> dict:
+    per = {t: {"n": 4, "success_rate": float(rng.uniform(0, 1))} for t in types}
+    return {"success_rate": float(rng.uniform(0, 1)), "per_type": per, "repeats": 2, **extra}
+
+
+def test_table_takes_the_evaluation_of_the_last_checkpoint(tmp_path, capsys):
+    """A run's global_step_N/eval.json of its last checkpoint replaces its validation row (also for a run without
+    any); an evaluation of an earlier checkpoint is not used; a broken one is named."""
+    from diagnostics.runs import evaluation_row
+    from tests.figures.runs import make_run
+
+    rng = np.random.default_rng(5)
+    types = ("pick", "look", "clean", "heat", "cool", "pick2")
+    with_val = make_run(tmp_path / "ocsd_s0", method="ocsd", seed=0)
+    without_val = make_run(tmp_path / "ocsd_s1", method="ocsd", seed=1, val_every=None)
+    earlier = make_run(tmp_path / "grpo_s0", method="grpo", seed=0)
+    evals = {}
+    for run, step in ((with_val, 12), (without_val, 12), (earlier, 6)):
+        (run / f"global_step_{step}").mkdir()
+        evals[run.name] = _evaluation(rng, types)
+        (run / f"global_step_{step}" / "eval.json").write_text(json.dumps(evals[run.name]))
+    (earlier / "global_step_12").mkdir()  # the last checkpoint, without an evaluation
+    assert tables.main([*(x for d in (with_val, without_val, earlier) for x in ("--run", str(d))),
+                        "--out", str(tmp_path / "out"), "--format", "md"]) == 0
+    captured = capsys.readouterr()
+    ocsd = next(line for line in captured.out.splitlines() if line.startswith("| OCSD |"))
+    cells = [c.strip().strip("*") for c in ocsd.strip("|").split("|")]
+    rows = [evaluation_row(evals["ocsd_s0"]), evaluation_row(evals["ocsd_s1"])]
+    for col, key in zip(cells[2:], [f"val/success/{t}" for t in types] + ["val/success_rate"]):
+        values = [r[key] for r in rows]
+        assert col == f"{100 * np.mean(values):.1f} ± {100 * np.std(values, ddof=1):.1f}"
+    grpo = next(line for line in captured.out.splitlines() if line.startswith("| GRPO |"))
+    assert f"{100 * last_val(earlier)['val/success_rate']:.1f}" in grpo
+    assert "ocsd_s0: global_step_12/eval.json" in captured.err and "grpo_s0: metrics.jsonl" in captured.err
+
+    (with_val / "global_step_12" / "eval.json").write_text(json.dumps({"per_type": {}}))
+    assert tables.main(["--run", str(with_val), "--out", str(tmp_path / "bad")]) == 2
+    assert "global_step_12/eval.json" in capsys.readouterr().err
+
+
+def test_evaluation_row_keeps_the_environments_metrics():
+    from diagnostics.runs import evaluation_row
+
+    result = {"success_rate": 0.25, "score": 0.61, "n": 8, "greedy": False,
+              "per_type": {"fashion": {"success_rate": 0.5}, "beauty": {"n": 0}}}
+    assert evaluation_row(result, ("score", "success_rate")) == {
+        "val/success_rate": 0.25, "val/success/fashion": 0.5, "val/score": 0.61}
+    with pytest.raises(ValueError, match="success_rate"):
+        evaluation_row({"score": 1.0})
+
+
 def test_table_skips_without_validation_rows(no_val_run, tmp_path, capsys):
     assert tables.main(["--run", str(no_val_run), "--out", str(tmp_path)]) == 1
     assert "no run has a validation row" in capsys.readouterr().err
@@ -473,5 +524,5 @@ def test_tables_leave_out_environments_without_runs(tmp_path, capsys):
     assert tables.main(["--run", str(shop), "--out", str(tmp_path / "b"), "--format", "md"]) == 0
     text = (tmp_path / "b" / "table_main.md").read_text()
     assert text.splitlines()[0] == "| Method | n | WebShop Score | WebShop Succ. |"
-    assert "Note: ALFWorld left out: no ALFWorld run with a validation row." in text
+    assert "Note: ALFWorld left out: no ALFWorld run with an evaluation or a validation row." in text
     assert "ALFWorld left out" in capsys.readouterr().err
