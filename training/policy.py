@@ -98,6 +98,32 @@ def has_weights(actor: Path) -> bool:
     return (actor / "config.json").is_file() or (actor / "adapter" / "adapter_config.json").is_file()
 
 
+def _cached_weights(key: bytes, cfg, init_from: Path | None = None) -> Path:
+    """The policy of ``cfg`` (and ``init_from``) as a Hugging Face folder, LoRA merged, written once into
+    ``$OCSD_CACHE/merged/<digest of key>`` (atomically) and returned."""
+    import hashlib
+
+    from ocsd.replay.models import cache_root
+
+    out = cache_root() / "merged" / hashlib.sha256(key).hexdigest()[:20]
+    if (out / "config.json").is_file():
+        return out
+    tokenizer, model = load_policy(cfg, init_from=init_from)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    tmp = out.parent / f".{out.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    return out
+
+
+def _folder_bytes(folder: Path) -> bytes:
+    return b"".join(part.name.encode() + part.read_bytes() for part in sorted(folder.iterdir()) if part.is_file())
+
+
 def merged_actor(actor: Path, run_config: dict) -> Path:
     """A Hugging Face folder with the weights of a checkpoint's ``actor/``.
 
@@ -111,10 +137,7 @@ def merged_actor(actor: Path, run_config: dict) -> Path:
     FileNotFoundError
         Naming the folder when it holds neither, or when the run's config does not say its model.
     """
-    import hashlib
     from types import SimpleNamespace
-
-    from ocsd.replay.models import cache_root
 
     actor = Path(actor)
     if (actor / "config.json").is_file():
@@ -125,24 +148,37 @@ def merged_actor(actor: Path, run_config: dict) -> Path:
     if not run_config.get("model"):
         raise FileNotFoundError(f"{actor}: an adapter-only checkpoint, but run.json's config names no model to "
                                 f"merge it into")
-    digest = hashlib.sha256()
-    for part in sorted(adapter.iterdir()):
-        digest.update(part.name.encode() + part.read_bytes())
-    digest.update(repr((run_config.get("model"), run_config.get("warm_start"), run_config.get("seed"))).encode())
-    out = cache_root() / "merged" / digest.hexdigest()[:20]
-    if (out / "config.json").is_file():
-        return out
+    key = _folder_bytes(adapter) + repr((run_config.get("model"), run_config.get("warm_start"),
+                                         run_config.get("seed"))).encode()
     cfg = SimpleNamespace(model=run_config["model"], warm_start=run_config.get("warm_start"),
                           seed=int(run_config.get("seed", 0)), lora_rank=int(run_config.get("lora_rank") or 8),
                           lora_alpha=int(run_config.get("lora_alpha") or 16), device="cpu", dtype="float32")
-    tokenizer, model = load_policy(cfg, init_from=actor)
-    tmp = out.parent / f".{out.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.merge_and_unload().save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
-    return out
+    return _cached_weights(key, cfg, init_from=actor)
+
+
+def initial_weights(model: str, warm_start: str | None = None, *, seed: int = 0) -> Path:
+    """A Hugging Face folder with a run's initial weights: ``model`` (``smollm2``, ``tiny`` or a folder) with the
+    warm start merged when one is named, written once into the cache (``$OCSD_CACHE/merged/<digest>``); a model
+    folder without a warm start is returned as it is. For backends that load weights from a folder (verl).
+
+    Raises
+    ------
+    training.warm_start.WarmStartError
+        The warm start is missing or of no accepted layout.
+    """
+    from types import SimpleNamespace
+
+    from training.warm_start import resolve_warm_start
+
+    if warm_start is None and Path(model).is_dir():
+        return Path(model)
+    key = repr((model, seed, str(warm_start))).encode()
+    if warm_start is not None:
+        warm = resolve_warm_start(warm_start)
+        key += _folder_bytes(warm.adapter or warm.weights)
+    cfg = SimpleNamespace(model=model, warm_start=warm_start, seed=seed, lora_rank=0, lora_alpha=16, device="cpu",
+                          dtype="float32")
+    return _cached_weights(key, cfg)
 
 
 class Policy:

@@ -94,9 +94,6 @@ def test_other_presets_and_refusals(alfworld_games, tmp_path):
 
     out = dry_run("ocsd.method=sdar", "actor_rollout_ref.model.path=/m")
     assert out.returncode == 2 and "ocsd.method='sdar'" in out.stderr and "python -m training.train" in out.stderr
-    out = dry_run("ocsd.data=generated", f"ocsd.games_dir={alfworld_games}", "ocsd.n_train_games=2",
-                  "ocsd.n_val_games=2", f"ocsd.run_dir={tmp_path / 'x'}")
-    assert out.returncode == 2 and "actor_rollout_ref.model.path is not set" in out.stderr
     out = dry_run("ocsd.rho=2", "actor_rollout_ref.model.path=/m")
     assert out.returncode == 2 and "rho" in out.stderr
 
@@ -118,3 +115,32 @@ def test_paper_launch_script_passes_the_setting_on(alfworld_games, tmp_path):
     bad = subprocess.run(["bash", str(ROOT / "scripts" / "verl" / "paper.sh"), "alfworld", str(tmp_path / "none")],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "does not exist" in bad.stderr
+
+
+def test_without_a_model_path_the_sections_model_and_warm_start_are_merged(alfworld_games, tmp_path, monkeypatch):
+    """The warm-started SmolLM2 as verl's policy: one Hugging Face folder, the warm start merged, cached; its
+    logits equal the single-device trainer's policy with the same warm start."""
+    import torch
+
+    from ocsd.replay.models import load_model
+    from training.config import make_config
+    from training.policy import initial_weights, load_policy
+
+    warm = ROOT / "training" / "warm_starts" / "smollm2-alfworld"
+    env = dict(os.environ, OCSD_CACHE=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-m", "training.verl.main", "--dry-run", "ocsd.data=generated",
+                          f"ocsd.games_dir={alfworld_games}", "ocsd.n_train_games=2", "ocsd.n_val_games=2",
+                          f"ocsd.run_dir={tmp_path / 'run'}", f"ocsd.warm_start={warm}"], cwd=ROOT,
+                         env={**env, "VERL_USE_EXTERNAL_PLUGINS": "none"}, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    folder = Path(yaml.safe_load(out.stdout)["actor_rollout_ref"]["model"]["path"])
+    assert folder.parent == tmp_path / "cache" / "merged" and (folder / "config.json").is_file()
+    assert (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
+    merged = load_model(folder, device="cpu", dtype=torch.float32)
+    cfg = make_config(dict(model="smollm2", warm_start=str(warm), lora_rank=0, device="cpu", dtype="float32"))
+    _, reference = load_policy(cfg)
+    ids = torch.tensor([[1, 523, 4093, 28, 314, 2]])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, reference(ids).logits)
+    monkeypatch.setenv("OCSD_CACHE", str(tmp_path / "cache"))
+    assert initial_weights("smollm2", str(warm)) == folder  # cached: the same folder again

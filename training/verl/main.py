@@ -6,7 +6,9 @@ Hydra composes verl's ``ppo_trainer`` config with ``training/verl/config/ocsd_tr
 (:class:`training.verl.checkpoint.ReplayCheckpointCallback`), and a top-level ``ocsd:`` section holding the suite's
 settings (:class:`training.config.TrainConfig`; ``ocsd=webshop`` picks the paper's WebShop setting,
 ``ocsd.method=grpo`` a baseline). verl's keys that the paper fixes (batch, rollouts, lr, clip, KL, lengths, steps,
-run folder) follow the section; ``actor_rollout_ref.model.path`` names the policy.
+run folder) follow the section; ``actor_rollout_ref.model.path`` names the policy's Hugging Face folder (unset:
+the section's ``model`` with its ``warm_start`` merged, written once into ``$OCSD_CACHE/merged/``,
+:func:`training.policy.initial_weights`).
 
 Before verl starts, the section is completed with the suite's defaults and checked, the method is checked against
 what verl's actor can compute, and the task rows (:mod:`training.verl.tasks`) of the run's task source are written
@@ -46,8 +48,8 @@ def prepare(config: DictConfig) -> TrainConfig:
     Raises
     ------
     training.config.ConfigError
-        The section names an unknown setting or an invalid value, the method needs a loss verl's actor does not
-        compute, or ``actor_rollout_ref.model.path`` is not set.
+        The section names an unknown setting or an invalid value, or the method needs a loss verl's actor does
+        not compute.
     ValueError
         The environment's task source cannot be built from the section's data settings.
     """
@@ -57,8 +59,12 @@ def prepare(config: DictConfig) -> TrainConfig:
     supported_method(settings.method)
     with open_dict(config):
         config.ocsd = OmegaConf.create(settings.to_dict())
-    if not config.actor_rollout_ref.model.get("path"):
-        raise ConfigError("actor_rollout_ref.model.path is not set: name the policy's Hugging Face folder")
+    if not config.actor_rollout_ref.model.get("path"):  # the section's model, with its warm start merged
+        from training.policy import initial_weights
+
+        with open_dict(config):
+            config.actor_rollout_ref.model.path = str(initial_weights(settings.model, settings.warm_start,
+                                                                      seed=settings.seed))
     source = task_source(settings)
     for split, key in (("train", "train_files"), ("valid", "val_files")):
         path = Path(str(config.data[key]))
