@@ -74,7 +74,7 @@ def test_dry_run_composes_the_paper_setting_and_writes_the_task_rows(alfworld_ga
     assert trainer["v1"]["trainer_mode"] == "ocsd_sync" and trainer["total_training_steps"] == 150
     assert trainer["checkpoint_callback_class"] == "training.verl.checkpoint.ReplayCheckpointCallback"
     assert trainer["default_local_dir"] == str(run) and ocsd["device"] == "cpu"
-    assert not (tmp_path / "outputs").exists()  # Hydra leaves no outputs/ folder behind
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "main.log").exists()  # Hydra leaves nothing
     train = pd.read_parquet(run / "data" / "train.parquet")
     valid = pd.read_parquet(run / "data" / "valid.parquet")
     assert len(train) == 2 and len(valid) == 2 and set(train["agent_name"]) == {AGENT_NAME}
