@@ -21,16 +21,20 @@ from tests.diagnostics.acting import AdmissibleEngine  # noqa: E402
 class FakeServerManager:
     """``generate(request_id, prompt_ids=..., sampling_params=...)`` -> a verl ``TokenOutput``."""
 
-    def __init__(self, tokenizer, seed: int = 0):
+    def __init__(self, tokenizer, seed: int = 0, versions=None):
         self.respond = AdmissibleEngine(p_invalid=0.3).responder(tokenizer, None, seed)
-        self.calls = []
+        self.calls, self.versions = [], list(versions or [])
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
         from verl.workers.rollout.replica import TokenOutput
 
         self.calls.append((request_id, list(prompt_ids), dict(sampling_params)))
         await asyncio.sleep(0)
-        return TokenOutput(token_ids=self.respond([0], [list(prompt_ids)])[0])
+        extra = {}
+        if self.versions:  # the weight version verl's LLMServerClient reports with each output
+            step = self.versions[min(len(self.calls) - 1, len(self.versions) - 1)]
+            extra = {"global_steps": step, "min_global_steps": step, "max_global_steps": step}
+        return TokenOutput(token_ids=self.respond([0], [list(prompt_ids)])[0], extra_fields=extra)
 
 
 def verl_config(games_dir, **ocsd):
@@ -66,7 +70,7 @@ def test_agent_loop_rows_match_the_single_device_rollout(alfworld_games, smollm2
     row = task_row("alfworld", game, index=0, split="valid")
     assert task_of_row(row, source) == ("alfworld", game) and row["ocsd_game"] == game.path
 
-    server = FakeServerManager(smollm2_tokenizer, seed=5)
+    server = FakeServerManager(smollm2_tokenizer, seed=5, versions=[4, 5])  # weights updated after the 1st reply
     loop = make_loop(config, smollm2_tokenizer, server)
     outputs = asyncio.run(loop.run({"temperature": 1.0, "top_p": 1.0}, **row, uid="g0", session_id=3))
 
@@ -92,9 +96,17 @@ def test_agent_loop_rows_match_the_single_device_rollout(alfworld_games, smollm2
         assert extra["ocsd_penalty"] == (0.0 if step.well_formed else 0.1)
         assert extra["ocsd_view_ids"] == {name: rendered[k].contexts[name] for name in ("full", "ablated")}
         assert out.reward_score == (10.0 if traj.won else 0.0)
+        assert (extra["min_global_steps"], extra["max_global_steps"]) == (4, 5 if len(traj.steps) > 1 else 4)
     # the Full view shows o_{k+1}, the Ablated one does not: their ids differ
     assert outputs[0].extra_fields["ocsd_view_ids"]["full"] != outputs[0].extra_fields["ocsd_view_ids"]["ablated"]
     assert {o.extra_fields["ocsd_feedback_label"] for o in outputs} <= {"valid", "invalid", "ambiguous"}
+
+
+def test_weight_span_over_an_episode():
+    from training.verl.agent_loop import weight_span
+
+    assert weight_span([(3, 3), (None, None), (2, 4)], default=9) == (2, 4)
+    assert weight_span([(None, None)], default=7) == (7, 7) and weight_span([], default=0) == (0, 0)
 
 
 def test_agent_loop_refuses_rows_it_cannot_play(alfworld_games, smollm2_tokenizer, no_user_data):

@@ -11,6 +11,7 @@ trainer's ``_compute_advantage``; the stored advantages must equal the single-de
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -82,7 +83,7 @@ def put_batch(tq, cfg, trajs, renderer, eos_token_id: int, *, dp_size: int, seed
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
     keys, fields, tags = [], [], []
-    for key, out in agent_rows(cfg, trajs, renderer):
+    for key, out in agent_rows(cfg, trajs, renderer, global_step=STEP - 1):
         uid, session, _ = key.rsplit("_", 2)
         field = out.as_dict()
         field.update(uid=uid, session_id=int(session), global_steps=STEP)
@@ -92,7 +93,9 @@ def put_batch(tq, cfg, trajs, renderer, eos_token_id: int, *, dp_size: int, seed
         keys.append(key)
         fields.append(field)
         tags.append({"status": "success", "prompt_len": len(field["prompts"]), "response_len": len(field["responses"]),
-                     "seq_len": len(field["input_ids"]), "global_steps": STEP})
+                     "seq_len": len(field["input_ids"]), "global_steps": STEP,
+                     "min_global_steps": field["extra_fields"]["min_global_steps"],
+                     "max_global_steps": field["extra_fields"]["max_global_steps"]})
     tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(fields), tags=tags)
     meta = upsample_batch_to_divisible_size(KVBatchMeta(keys=keys, tags=tags, partition_id="train"),
                                             dp_size * (len(keys) // dp_size + 2), eos_token_id)
@@ -101,8 +104,12 @@ def put_batch(tq, cfg, trajs, renderer, eos_token_id: int, *, dp_size: int, seed
 
 
 def stub_trainer(cfg, tokenizer, worker_group, run_dir, *, save_freq: int):
-    """An :class:`OCSDTrainer` with what its overrides and verl's ``_compute_old_log_prob`` read."""
+    """An :class:`OCSDTrainer` with what its overrides and verl's ``_compute_old_log_prob`` and
+    ``_compute_metrics`` read."""
+    from types import SimpleNamespace
+
     from omegaconf import OmegaConf
+    from verl.trainer.ppo.metric_utils import RolloutMoELoadBalanceMetricsAccumulator
 
     from training.verl.trainer import OCSDTrainer, supported_method
 
@@ -118,6 +125,11 @@ def stub_trainer(cfg, tokenizer, worker_group, run_dir, *, save_freq: int):
     trainer.ocsd_spec = supported_method(cfg.method)
     trainer.actor_rollout_wg, trainer.tokenizer = worker_group, tokenizer
     trainer.global_steps, trainer.total_training_steps, trainer.timing_raw, trainer.ocsd_row = STEP, 10, {}, {}
+    # what verl's own _compute_metrics reads
+    trainer.use_critic = False
+    trainer._rollout_moe_lb_metrics_accumulator = RolloutMoELoadBalanceMetricsAccumulator(
+        model_config=config.actor_rollout_ref.model)
+    trainer.resource_pool_manager = SimpleNamespace(get_n_gpus=lambda: len(worker_group._dispatch_info["actor"]))
     return trainer
 
 
@@ -171,10 +183,16 @@ def test_trainer_stores_the_single_device_advantages(batch, store, tiny_model, s
     assert tokens[["logp_full", "logp_ablated"]].notna().all().all()
     assert (tokens["logp_full"] != tokens["logp_ablated"]).any()
 
-    row = metrics_row(trainer.ocsd_row, {"adv": 2.0, "ocsd_replay_scoring": 0.5, "gen": 7.0}, metrics)
+    timing = {"adv": 2.0, "ocsd_replay_scoring": 0.5, "gen": 7.0, "step": 12.0}
+    ocsd_row = dict(trainer.ocsd_row)
+    trainer._compute_metrics(meta, metrics, timing, STEP, 0)  # verl's metrics on the store, then the suite's row
+    written = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(written) == 1 and written[0] == pytest.approx(metrics_row(ocsd_row, timing, metrics))
+    row = written[0]
     assert row["step"] == STEP and row["time/rollout"] == 7.0 and row["time/advantage"] == pytest.approx(1.5)
-    assert row["success_rate"] == pytest.approx(np.mean([t.won for t in trajs]))
-    assert "actor/entropy" in row and not any(k.startswith("ocsd/") for k in row)
+    assert row["time/step"] == 12.0 and row["success_rate"] == pytest.approx(np.mean([t.won for t in trajs]))
+    assert "actor/entropy" in row and "training/off_policy/trajectory_staleness/mean" in row  # verl's own
+    assert not any(k.startswith("ocsd/") for k in row)
 
 
 def test_methods_with_a_distillation_loss_are_refused():

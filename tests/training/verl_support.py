@@ -49,15 +49,17 @@ def episodes(games_dir, tokenizer):
     return cfg, trajs, renderer
 
 
-def agent_rows(cfg, trajs, renderer) -> list[tuple[str, object]]:
-    """``(key, AgentLoopOutput)`` of every step, keyed as verl keys the agent loop's outputs."""
+def agent_rows(cfg, trajs, renderer, global_step: int = 0) -> list[tuple[str, object]]:
+    """``(key, AgentLoopOutput)`` of every step, keyed as verl keys the agent loop's outputs, generated with the
+    weights of ``global_step``."""
     from training.verl.agent_loop import step_outputs
 
     rows = []
     for traj in trajs:
         session = traj.uid.rsplit("_r", 1)[1]
         for i, out in enumerate(step_outputs(traj, env_name="alfworld", renderer=renderer, max_prompt_length=MAX_PROMPT,
-                                             invalid_penalty=cfg.invalid_action_penalty)):
+                                             invalid_penalty=cfg.invalid_action_penalty,
+                                             weight_steps=(global_step, global_step))):
             rows.append((f"{traj.group_uid}_{session}_{i}", out))
     return rows
 

@@ -17,7 +17,9 @@ output:
 * ``extra_fields``: the step's identity (``ocsd_traj_uid``, ``ocsd_group_uid``, ``ocsd_step``), what the records
   need (task, observations o_k and o_{k+1}, admissible actions, shown history, action, labels, operator) and the
   pre-rendered prompt ids of the Full and Observation-Ablated replay views (``ocsd_view_ids``; None for a step
-  whose views exceed the prompt length even without history). Rows are matched by these ids, never by order.
+  whose views exceed the prompt length even without history), and the oldest and newest weight version the
+  episode's responses came from (``min_global_steps``, ``max_global_steps``, which verl's store tags each row
+  with). Rows are matched by these ids, never by order.
 
 The OCSD settings (environment, task data, history length, prompt length, step cap, ...) come from the verl
 config's top-level ``ocsd:`` section, read as a :class:`training.config.TrainConfig`.
@@ -41,7 +43,8 @@ from training.replay import step_record
 from training.rollout import GenerationSettings, Trajectory, rollout
 from training.verl.tasks import AGENT_NAME, task_of_row
 
-__all__ = ["EnvironmentAgentLoop", "REPLAY_VIEWS", "SUCCESS_REWARD", "ocsd_settings", "step_outputs", "task_source"]
+__all__ = ["EnvironmentAgentLoop", "REPLAY_VIEWS", "SUCCESS_REWARD", "ocsd_settings", "step_outputs", "task_source",
+           "weight_span"]
 
 SUCCESS_REWARD = 10.0
 """Reward of a won episode (SDAR: "win for 10, lose for 0", env_package/webshop/envs.py:47-50)."""
@@ -83,8 +86,18 @@ def task_source(cfg: TrainConfig):
         return _SOURCES[key]
 
 
+def weight_span(versions: Sequence[tuple[Any, Any]], default: int) -> tuple[int, int]:
+    """The oldest and newest weight version over an episode's responses (each ``(min_global_steps,
+    max_global_steps)`` of verl's rollout server output); ``default`` (the row's global step) where the server
+    reported none."""
+    lows = [int(lo) for lo, _ in versions if lo is not None]
+    highs = [int(hi) for _, hi in versions if hi is not None]
+    return (min(lows) if lows else int(default), max(highs) if highs else int(default))
+
+
 def step_outputs(traj: Trajectory, *, env_name: str, renderer: PromptRenderer, max_prompt_length: int,
-                 invalid_penalty: float, timings: dict[str, float] | None = None) -> list[AgentLoopOutput]:
+                 invalid_penalty: float, timings: dict[str, float] | None = None,
+                 weight_steps: tuple[int | None, int | None] = (None, None)) -> list[AgentLoopOutput]:
     """One :class:`AgentLoopOutput` per interaction step of a finished trajectory, in step order.
 
     Parameters
@@ -100,6 +113,10 @@ def step_outputs(traj: Trajectory, *, env_name: str, renderer: PromptRenderer, m
         The invalid-action penalty of a step whose output has no well-formed action (``ocsd_penalty``).
     timings : dict, optional
         The episode's seconds (:data:`training.rollout.ROLLOUT_TIMINGS`), put in the last output's metrics.
+    weight_steps : (int, int), optional
+        The oldest and newest weight version (global step) the episode's responses were generated with
+        (``min_global_steps``, ``max_global_steps`` in every output's ``extra_fields``; verl's store tags each row
+        with them and its metrics read them).
     """
     records = [step_record(traj, s, env_name) for s in traj.steps]
     rendered, _ = render_steps(records, REPLAY_VIEWS, renderer, max_prompt_length) if records else ([], [])
@@ -116,6 +133,7 @@ def step_outputs(traj: Trajectory, *, env_name: str, renderer: PromptRenderer, m
             "ocsd_progress_label": s.progress_label, "ocsd_operator": s.operator, "ocsd_won": bool(traj.won),
             "ocsd_score": traj.score, "ocsd_penalty": 0.0 if s.well_formed else float(invalid_penalty),
             "ocsd_view_ids": views.get(k), "reward_extra_info": {},
+            "min_global_steps": weight_steps[0], "max_global_steps": weight_steps[1],
         }
         metrics = AgentLoopMetrics()
         if timings and k == len(traj.steps) - 1:
@@ -145,18 +163,22 @@ class EnvironmentAgentLoop(AgentLoopBase):
         self.renderer = PromptRenderer(self.tokenizer)
         self.response_length = int(self.rollout_config.response_length)
 
-    async def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]) -> list[int]:
+    async def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any],
+                        versions: list[tuple[Any, Any]]) -> list[int]:
         out = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=list(prompt_ids),
                                                  sampling_params=dict(sampling_params))
+        extra = getattr(out, "extra_fields", None) or {}
+        versions.append((extra.get("min_global_steps"), extra.get("max_global_steps")))
         return list(out.token_ids)[: self.response_length]
 
     def _play(self, task, env_name: str, tasks: list[dict], sampling_params: dict, loop, seed: int,
-              timings: dict[str, float]) -> Trajectory:
+              timings: dict[str, float], versions: list) -> Trajectory:
         """The episode, in a worker thread: responses are awaited on the agent loop's event loop."""
         cfg = self.settings
 
         def respond(active: Sequence[int], prompts: Sequence[list[int]]) -> list[list[int]]:
-            futures = [asyncio.run_coroutine_threadsafe(self._generate(p, sampling_params), loop) for p in prompts]
+            futures = [asyncio.run_coroutine_threadsafe(self._generate(p, sampling_params, versions), loop)
+                       for p in prompts]
             return [f.result() for f in futures]
 
         env = task_source(cfg).make_env([task], max_steps=cfg.max_steps, workers=0, seed=seed)
@@ -178,11 +200,12 @@ class EnvironmentAgentLoop(AgentLoopBase):
         session = int(kwargs.get("session_id", 0))
         seed = int(kwargs.get("global_steps", 0) or 0)
         tasks = [{"uid": f"{uid}_{session}", "group_uid": uid}]
-        loop, timings = asyncio.get_running_loop(), {}
+        loop, timings, versions = asyncio.get_running_loop(), {}, []
         start = time.perf_counter()
         traj = await loop.run_in_executor(None, self._play, task, env_name, tasks, sampling_params, loop, seed,
-                                          timings)
+                                          timings, versions)
         timings["time/episode"] = time.perf_counter() - start
         return step_outputs(traj, env_name=env_name, renderer=self.renderer,
                             max_prompt_length=self.settings.max_prompt_length,
-                            invalid_penalty=self.settings.invalid_action_penalty, timings=timings)
+                            invalid_penalty=self.settings.invalid_action_penalty, timings=timings,
+                            weight_steps=weight_span(versions, seed))
