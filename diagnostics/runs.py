@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 __all__ = ["VAL_OVERALL", "VAL_PREFIX", "SeedStats", "seed_stats", "last_validation", "evaluation_row", "validation_stats",
-           "PhaseTimes", "phase_times", "TaskBootstrap", "task_bootstrap"]
+           "PhaseTimes", "phase_times", "TaskBootstrap", "task_bootstrap", "paired_task_difference"]
 
 VAL_OVERALL = "val/success_rate"
 """Metrics key of the overall validation success."""
@@ -255,3 +255,42 @@ def task_bootstrap(outcomes, *, n_boot: int = 10_000, level: float = 0.95, rng=0
     picks = np.random.default_rng(rng).integers(0, n_tasks, size=(n_boot, n_tasks))
     low, high = np.quantile(per_task[picks].mean(axis=1), [(1 - level) / 2, (1 + level) / 2])
     return TaskBootstrap(float(per_task.mean()), float(low), float(high), n_tasks, repeats, level, n_boot)
+
+
+def paired_task_difference(a: Mapping, b: Mapping, *, task_type: str | None = None, n_boot: int = 10_000,
+                           level: float = 0.95, rng=0) -> TaskBootstrap:
+    """Success of evaluation ``a`` minus evaluation ``b`` on the same tasks, with a bootstrap interval that
+    resamples whole tasks (each task's mean over its repeats, differenced, :func:`task_bootstrap`), so that
+    which tasks were drawn counts once for both sides.
+
+    Parameters
+    ----------
+    a, b : mapping
+        ``python -m training.evaluate --json`` results with ``episodes`` (one entry per task: ``task``,
+        ``task_type``, ``won`` per repeat).
+    task_type : str, optional
+        Only the tasks of this type.
+
+    Raises
+    ------
+    ValueError
+        A result without ``episodes``, a task repeated, or the two results on different task sets.
+    """
+    def by_task(result: Mapping, name: str) -> dict:
+        episodes = result.get("episodes")
+        if not isinstance(episodes, list):
+            raise ValueError(f"evaluation {name} has no per-task 'episodes' (made before they were written?)")
+        out = {}
+        for entry in episodes:
+            if task_type is None or entry["task_type"] == task_type:
+                if entry["task"] in out:
+                    raise ValueError(f"evaluation {name}: task {entry['task']!r} appears twice")
+                out[entry["task"]] = float(np.mean(entry["won"]))
+        return out
+
+    mean_a, mean_b = by_task(a, "a"), by_task(b, "b")
+    if set(mean_a) != set(mean_b):
+        only = sorted(set(mean_a) ^ set(mean_b))
+        raise ValueError(f"the evaluations cover different tasks ({len(only)} in one only, e.g. {only[:2]})")
+    tasks = sorted(mean_a)
+    return task_bootstrap([mean_a[t] - mean_b[t] for t in tasks], n_boot=n_boot, level=level, rng=rng)

@@ -134,8 +134,8 @@ def evaluate(runner, games, *, global_step: int, spec: EnvironmentSpec, runtime,
     -------
     dict
         The runtime's metrics over all ``tasks x repeats`` episodes, plus ``tasks``, ``repeats``,
-        ``ci_low``, ``ci_high``, ``ci_level`` (the bootstrap interval of the mean success over tasks)
-        and ``time_s``.
+        ``ci_low``, ``ci_high``, ``ci_level`` (the bootstrap interval of the mean success over tasks),
+        ``time_s`` and ``episodes`` (:func:`task_outcomes`).
 
     Raises
     ------
@@ -157,8 +157,15 @@ def evaluate(runner, games, *, global_step: int, spec: EnvironmentSpec, runtime,
     won = np.array([[float(bool(t.won)) for t in run] for run in runs]).T  # (tasks, repeats)
     ci = task_bootstrap(won, n_boot=BOOTSTRAP_SAMPLES, level=CI_LEVEL, rng=sampling.seed)
     out.update(tasks=len(specs), repeats=repeats, ci_low=ci.low, ci_high=ci.high, ci_level=CI_LEVEL,
-               time_s=time.perf_counter() - start)
+               time_s=time.perf_counter() - start, episodes=task_outcomes(runs))
     return out
+
+
+def task_outcomes(runs: list[list]) -> list[dict]:
+    """Per task, in task order: its identifier, its type and whether each repeat's episode was won (the input of
+    a paired comparison of two evaluations on the same tasks, :func:`diagnostics.runs.paired_task_difference`)."""
+    return [{"task": str(eps[0].game or eps[0].task), "task_type": str(eps[0].task_type),
+             "won": [bool(t.won) for t in eps]} for eps in zip(*runs)]
 
 
 def format_table(result: dict) -> str:

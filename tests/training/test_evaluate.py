@@ -24,7 +24,8 @@ pytestmark = pytest.mark.usefixtures("no_user_data")
 REPO = Path(__file__).resolve().parents[2]
 KEYS = {"model", "checkpoint", "global_step", "env", "tasks_from", "split", "max_steps", "greedy", "n",
         "successes", "success_rate", "per_type", "mean_steps", "well_formed_rate", "invalid_action_rate", "time_s",
-        "do_sample", "temperature", "top_p", "sample_seed", "tasks", "repeats", "ci_low", "ci_high", "ci_level"}
+        "do_sample", "temperature", "top_p", "sample_seed", "tasks", "repeats", "ci_low", "ci_high", "ci_level",
+        "episodes"}
 
 
 def _check(result: dict, n_tasks: int, repeats: int = 1) -> None:
@@ -36,6 +37,10 @@ def _check(result: dict, n_tasks: int, repeats: int = 1) -> None:
     assert sum(row["successes"] for row in result["per_type"].values()) == result["successes"]
     for row in result["per_type"].values():
         assert 0.0 <= row["success_rate"] <= 1.0 and row["success_rate"] == row["successes"] / row["n"]
+    episodes = result["episodes"]  # per task: every repeat's outcome
+    assert len(episodes) == n_tasks and all(len(e["won"]) == repeats for e in episodes)
+    assert sum(sum(e["won"]) for e in episodes) == result["successes"]
+    assert len({e["task"] for e in episodes}) == n_tasks
 
 
 def test_checkpoint_evaluation_json_and_eval_file(tiny_checkpoint, tiny_overrides, capsys):
@@ -216,7 +221,7 @@ def test_evaluate_bootstraps_tasks_over_repeats(monkeypatch):
     won = np.array([[1, 1, 0], [0, 0, 0], [1, 0, 1], [1, 1, 1], [0, 1, 0]], dtype=bool)  # (tasks, repeats)
 
     def episodes(policy, specs, sampling, *, repeat, step, desc):
-        return [Trajectory(uid=f"{i}_{repeat}", group_uid=str(i), task="t", task_type=spec, game="g",
+        return [Trajectory(uid=f"{i}_{repeat}", group_uid=str(i), task="t", task_type=spec, game=f"g{i}",
                            won=bool(won[i, repeat])) for i, spec in enumerate(specs)]
 
     monkeypatch.setattr("training.evaluate.evaluation_episodes", episodes)
@@ -228,6 +233,8 @@ def test_evaluate_bootstraps_tasks_over_repeats(monkeypatch):
     assert (out["tasks"], out["repeats"], out["n"], out["successes"]) == (5, 3, 15, int(won.sum()))
     assert (out["ci_low"], out["ci_high"]) == (ref.low, ref.high) and out["success_rate"] == pytest.approx(ref.mean)
     assert out["per_type"]["pick"]["n"] == 6 and out["per_type"]["pick"]["successes"] == 4
+    assert out["episodes"] == [{"task": f"g{i}", "task_type": t, "won": won[i].tolist()}
+                               for i, t in enumerate(games.valid)]
 
 
 def test_repeats_must_be_positive(capsys):

@@ -1,0 +1,95 @@
+"""``python -m diagnostics.compare A.json B.json [--n-boot 10000] [--ci 0.95] [--seed 0] [--json]``
+
+Paired comparison of two evaluations on the same tasks (``python -m training.evaluate --json --repeats K``, e.g.
+OCSD's and GRPO's last checkpoints on ALFWorld's valid_seen): the difference of mean success, A - B, overall and
+per task type, each with a percentile bootstrap interval that resamples whole tasks (each task's mean over its
+repeats, differenced; :func:`diagnostics.runs.paired_task_difference`). Because both sides are resampled on the
+same tasks, the interval is narrower than the two separate intervals suggest when the tasks' difficulty
+dominates. An evaluation written before per-task outcomes were stored (no ``episodes``) is refused by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from diagnostics.runs import paired_task_difference
+from ocsd.cli import UsageError, non_negative_int, positive_int, run_main
+
+__all__ = ["compare", "main"]
+
+
+def compare(a: dict, b: dict, *, n_boot: int = 10_000, level: float = 0.95, seed: int = 0) -> dict:
+    """``{overall: {...}, per_type: {type: {...}}}``, each ``{difference, ci_low, ci_high, n_tasks, a, b}`` with
+    ``a`` and ``b`` the two sides' mean success on those tasks.
+
+    Raises
+    ------
+    ValueError
+        As :func:`diagnostics.runs.paired_task_difference`.
+    """
+    def row(task_type: str | None) -> dict:
+        diff = paired_task_difference(a, b, task_type=task_type, n_boot=n_boot, level=level, rng=seed)
+        means = [sum(sum(e["won"]) / len(e["won"]) for e in side["episodes"]
+                     if task_type is None or e["task_type"] == task_type) / diff.n_tasks for side in (a, b)]
+        return {"difference": diff.mean, "ci_low": diff.low, "ci_high": diff.high, "n_tasks": diff.n_tasks,
+                "a": means[0], "b": means[1]}
+
+    types = sorted({e["task_type"] for e in a.get("episodes") or []})
+    return {"overall": row(None), "per_type": {t: row(t) for t in types}, "ci_level": level, "n_boot": n_boot,
+            "repeats": [a.get("repeats"), b.get("repeats")]}
+
+
+def _read(path: str) -> dict:
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"{path}: no such evaluation file (python -m training.evaluate --json --out-file ...)")
+    try:
+        result = json.loads(file.read_text())
+    except ValueError as err:
+        raise UsageError(f"{path}: not JSON ({err})") from None
+    if not isinstance(result, dict) or "episodes" not in result:
+        raise UsageError(f"{path}: no per-task 'episodes'; evaluate again with this version of training.evaluate")
+    return result
+
+
+def _table(result: dict, names: tuple[str, str]) -> str:
+    lines = [f"{'tasks':<10} {'n':>4} {names[0][:14]:>14} {names[1][:14]:>14} {'A - B':>8}  "
+             f"{int(100 * result['ci_level'])}% interval"]
+    for name, row in [("overall", result["overall"]), *result["per_type"].items()]:
+        lines.append(f"{name:<10} {row['n_tasks']:>4} {100 * row['a']:>13.1f}% {100 * row['b']:>13.1f}% "
+                     f"{100 * row['difference']:>+7.1f}  [{100 * row['ci_low']:+.1f}, {100 * row['ci_high']:+.1f}]")
+    return "\n".join(lines)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m diagnostics.compare", description=__doc__.split("\n\n")[1])
+    parser.add_argument("a", metavar="A.json", help="evaluation result (training.evaluate --json)")
+    parser.add_argument("b", metavar="B.json", help="evaluation result on the same tasks")
+    parser.add_argument("--n-boot", type=positive_int("--n-boot"), default=10_000, help="task resamples")
+    parser.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
+    parser.add_argument("--seed", type=non_negative_int("--seed"), default=0, help="random seed (default 0)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
+    args = parser.parse_args(argv)
+    if not 0 < args.ci < 1:
+        raise UsageError(f"--ci must be in (0, 1), got {args.ci}")
+    a, b = _read(args.a), _read(args.b)
+    try:
+        result = compare(a, b, n_boot=args.n_boot, level=args.ci, seed=args.seed)
+    except ValueError as err:
+        raise UsageError(f"{args.a} vs {args.b}: {err}") from None
+    print(json.dumps(result) if args.json else _table(result, (Path(args.a).parent.name or "A",
+                                                               Path(args.b).parent.name or "B")))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m diagnostics.compare``."""
+    return run_main(_main, argv, prog="diagnostics.compare")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""``diagnostics.compare``: the paired success difference of two evaluations on the same tasks, against a brute-force
+resampling, and the command's output and refusals."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from diagnostics.compare import compare, main
+from diagnostics.runs import paired_task_difference, task_bootstrap
+
+
+def evaluation(rng, tasks, types, p, repeats=2, order=None):
+    order = list(range(len(tasks))) if order is None else order
+    return {"repeats": repeats, "episodes": [{"task": tasks[i], "task_type": types[i],
+                                              "won": [bool(rng.random() < p[i]) for _ in range(repeats)]}
+                                             for i in order]}
+
+
+@pytest.fixture()
+def pair():
+    rng = np.random.default_rng(7)
+    n = 60
+    tasks, types = [f"game_{i}" for i in range(n)], [("pick", "heat", "cool")[i % 3] for i in range(n)]
+    difficulty = rng.uniform(0, 1, n)  # tasks differ far more than the two sides do
+    a = evaluation(rng, tasks, types, np.clip(difficulty + 0.1, 0, 1), repeats=3)
+    b = evaluation(rng, tasks, types, difficulty, repeats=3, order=list(rng.permutation(n)))  # another order
+    return a, b
+
+
+def test_paired_difference_equals_brute_force_resampling(pair):
+    a, b = pair
+    mean = {side: {e["task"]: np.mean(e["won"]) for e in ev["episodes"]} for side, ev in (("a", a), ("b", b))}
+    tasks = sorted(mean["a"])
+    d = np.array([mean["a"][t] - mean["b"][t] for t in tasks])
+    got = paired_task_difference(a, b, n_boot=2000, level=0.9, rng=3)
+    rng = np.random.default_rng(3)
+    resampled = d[rng.integers(0, len(d), size=(2000, len(d)))].mean(axis=1)
+    assert got.mean == pytest.approx(d.mean())
+    assert (got.low, got.high) == pytest.approx((np.quantile(resampled, 0.05), np.quantile(resampled, 0.95)))
+    heat = paired_task_difference(a, b, task_type="heat", n_boot=500)
+    assert heat.n_tasks == 20
+
+
+def test_pairing_narrows_the_interval_when_tasks_differ():
+    """Tasks either always or never solved, and B loses 5 of A's: which tasks were drawn moves both sides alike."""
+    rng = np.random.default_rng(2)
+    n = 60
+    tasks, types = [f"game_{i}" for i in range(n)], ["pick"] * n
+    solved = rng.random(n) < 0.5
+    flipped = np.flatnonzero(solved)[:5]
+    a = evaluation(rng, tasks, types, solved.astype(float))
+    b = evaluation(rng, tasks, types, np.where(np.isin(np.arange(n), flipped), 0.0, solved))
+    paired = paired_task_difference(a, b, n_boot=4000)
+    separate = [task_bootstrap([np.mean(e["won"]) for e in ev["episodes"]], n_boot=4000) for ev in (a, b)]
+    assert paired.high - paired.low < 0.7 * min(s.high - s.low for s in separate)
+
+
+def test_compare_reports_overall_and_per_type(pair):
+    a, b = pair
+    out = compare(a, b, n_boot=500)
+    assert set(out["per_type"]) == {"pick", "heat", "cool"} and out["overall"]["n_tasks"] == 60
+    overall = out["overall"]
+    assert overall["difference"] == pytest.approx(overall["a"] - overall["b"])
+    assert sum(r["n_tasks"] for r in out["per_type"].values()) == 60
+
+
+def test_bad_pairs_are_refused(pair, tmp_path, capsys):
+    a, b = pair
+    fewer = {"episodes": b["episodes"][1:]}
+    with pytest.raises(ValueError, match="different tasks"):
+        paired_task_difference(a, fewer)
+    with pytest.raises(ValueError, match="no per-task 'episodes'"):
+        paired_task_difference(a, {"success_rate": 0.5})
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "old.json").write_text(json.dumps({"success_rate": 0.2}))
+    (tmp_path / "fewer.json").write_text(json.dumps(fewer))
+    assert main([str(tmp_path / "a.json"), str(tmp_path / "old.json")]) == 2
+    assert "old.json: no per-task 'episodes'" in capsys.readouterr().err
+    assert main([str(tmp_path / "a.json"), str(tmp_path / "fewer.json")]) == 2
+    assert "different tasks" in capsys.readouterr().err
+    assert main([str(tmp_path / "a.json"), str(tmp_path / "none.json")]) == 2
+    assert "none.json: no such evaluation file" in capsys.readouterr().err
+
+
+def test_command_prints_a_table_and_json(pair, tmp_path, capsys):
+    a, b = pair
+    for name, ev in (("ocsd", a), ("grpo", b)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "eval.json").write_text(json.dumps(ev))
+    assert main([str(tmp_path / "ocsd" / "eval.json"), str(tmp_path / "grpo" / "eval.json"), "--n-boot", "300"]) == 0
+    table = capsys.readouterr().out
+    assert "ocsd" in table and "grpo" in table and len(table.splitlines()) == 5  # header, overall, 3 types
+    assert main([str(tmp_path / "ocsd" / "eval.json"), str(tmp_path / "grpo" / "eval.json"), "--json",
+                 "--n-boot", "300"]) == 0
+    assert json.loads(capsys.readouterr().out)["overall"]["n_tasks"] == 60
