@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from diagnostics.runs import paired_task_difference
+import numpy as np
+
+from diagnostics.runs import paired_task_difference, task_means
 from ocsd.cli import UsageError, non_negative_int, positive_int, run_main
 
 __all__ = ["compare", "main"]
@@ -33,8 +35,7 @@ def compare(a: dict, b: dict, *, n_boot: int = 10_000, level: float = 0.95, seed
     """
     def row(task_type: str | None) -> dict:
         diff = paired_task_difference(a, b, task_type=task_type, n_boot=n_boot, level=level, rng=seed)
-        means = [sum(sum(e["won"]) / len(e["won"]) for e in side["episodes"]
-                     if task_type is None or e["task_type"] == task_type) / diff.n_tasks for side in (a, b)]
+        means = [float(np.mean(list(task_means(side, task_type).values()))) for side in (a, b)]
         return {"difference": diff.mean, "ci_low": diff.low, "ci_high": diff.high, "n_tasks": diff.n_tasks,
                 "a": means[0], "b": means[1]}
 

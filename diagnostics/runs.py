@@ -1,7 +1,8 @@
 """Statistics of training runs from their ``metrics.jsonl`` rows: seed aggregates and phase times.
 
 * Seed aggregation (paper Table 1): each run contributes its last validation row (the last row
-  with ``val/success_rate``), or an evaluation result turned into one (:func:`evaluation_row`); a quantity is summarised over the seeds of a configuration by its
+  with ``val/success_rate``), or an evaluation result turned into one (:func:`evaluation_row`); a
+  quantity is summarised over the seeds of a configuration by its
   mean and sample standard deviation (ddof 1; undefined for a single seed).
 * Phase times (paper Fig. 6): the seconds of each timing phase (``time/<phase>``) are averaged
   over the training steps that carry any of the phases, a phase a step did not run counting 0 s;
@@ -22,8 +23,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["VAL_OVERALL", "VAL_PREFIX", "SeedStats", "seed_stats", "last_validation", "evaluation_row", "validation_stats",
-           "PhaseTimes", "phase_times", "TaskBootstrap", "task_bootstrap", "paired_task_difference"]
+__all__ = ["VAL_OVERALL", "VAL_PREFIX", "SeedStats", "seed_stats", "last_validation", "evaluation_row",
+           "validation_stats", "PhaseTimes", "phase_times", "TaskBootstrap", "task_bootstrap", "task_means",
+           "paired_task_difference"]
 
 VAL_OVERALL = "val/success_rate"
 """Metrics key of the overall validation success."""
@@ -257,17 +259,38 @@ def task_bootstrap(outcomes, *, n_boot: int = 10_000, level: float = 0.95, rng=0
     return TaskBootstrap(float(per_task.mean()), float(low), float(high), n_tasks, repeats, level, n_boot)
 
 
+def task_means(result: Mapping, task_type: str | None = None) -> dict[str, float]:
+    """Each task's mean success over its repeats, from a ``python -m training.evaluate --json`` result's
+    ``episodes`` (one entry per task: ``task``, ``task_type``, ``won`` per repeat); only ``task_type``'s tasks
+    when given.
+
+    Raises
+    ------
+    ValueError
+        The result has no ``episodes``, or a task appears twice.
+    """
+    episodes = result.get("episodes")
+    if not isinstance(episodes, list):
+        raise ValueError("an evaluation result has no per-task 'episodes' (made before they were written?)")
+    out = {}
+    for entry in episodes:
+        if task_type is None or entry["task_type"] == task_type:
+            if entry["task"] in out:
+                raise ValueError(f"task {entry['task']!r} appears twice in an evaluation result")
+            out[entry["task"]] = float(np.mean(entry["won"]))
+    return out
+
+
 def paired_task_difference(a: Mapping, b: Mapping, *, task_type: str | None = None, n_boot: int = 10_000,
                            level: float = 0.95, rng=0) -> TaskBootstrap:
     """Success of evaluation ``a`` minus evaluation ``b`` on the same tasks, with a bootstrap interval that
-    resamples whole tasks (each task's mean over its repeats, differenced, :func:`task_bootstrap`), so that
-    which tasks were drawn counts once for both sides.
+    resamples whole tasks (each task's mean over its repeats, :func:`task_means`, differenced,
+    :func:`task_bootstrap`), so that which tasks were drawn counts once for both sides.
 
     Parameters
     ----------
     a, b : mapping
-        ``python -m training.evaluate --json`` results with ``episodes`` (one entry per task: ``task``,
-        ``task_type``, ``won`` per repeat).
+        ``python -m training.evaluate --json`` results with ``episodes``.
     task_type : str, optional
         Only the tasks of this type.
 
@@ -276,19 +299,7 @@ def paired_task_difference(a: Mapping, b: Mapping, *, task_type: str | None = No
     ValueError
         A result without ``episodes``, a task repeated, or the two results on different task sets.
     """
-    def by_task(result: Mapping, name: str) -> dict:
-        episodes = result.get("episodes")
-        if not isinstance(episodes, list):
-            raise ValueError(f"evaluation {name} has no per-task 'episodes' (made before they were written?)")
-        out = {}
-        for entry in episodes:
-            if task_type is None or entry["task_type"] == task_type:
-                if entry["task"] in out:
-                    raise ValueError(f"evaluation {name}: task {entry['task']!r} appears twice")
-                out[entry["task"]] = float(np.mean(entry["won"]))
-        return out
-
-    mean_a, mean_b = by_task(a, "a"), by_task(b, "b")
+    mean_a, mean_b = task_means(a, task_type), task_means(b, task_type)
     if set(mean_a) != set(mean_b):
         only = sorted(set(mean_a) ^ set(mean_b))
         raise ValueError(f"the evaluations cover different tasks ({len(only)} in one only, e.g. {only[:2]})")

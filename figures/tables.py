@@ -428,8 +428,8 @@ def _main_parts(by_env: dict, keep: Callable[[tuple], bool] = lambda key: True) 
 
 def _missing(by_env: dict, wanted: Sequence[str]) -> list[str]:
     """Notes for the environments of a paper table that have no runs."""
-    return [f"{_display_name(e)} left out: no {_display_name(e)} run with an evaluation or a validation row." for e in wanted
-            if e not in by_env]
+    return [f"{_display_name(e)} left out: no {_display_name(e)} run with an evaluation or a validation row."
+            for e in wanted if e not in by_env]
 
 
 def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", name: str = NAME,
