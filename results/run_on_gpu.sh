@@ -26,6 +26,11 @@
 #                                                     (setsid) and start STAGGER (20) seconds apart
 #   bash results/run_on_gpu.sh poll SECONDS           wait up to SECONDS for them; print their progress and copy
 #                                                     what they finished into $OUT
+#   bash results/run_on_gpu.sh verl                   the veRL backend beside the single-device trainer
+#                                                     (benchmarks/verl_backend.py; the bundle then carries the stack
+#                                                     of gpu_stack.sh download --verl), the parity of verl's first
+#                                                     batch (training.verl.parity) and the report of the verl run,
+#                                                     packed into $OUT/verl_backend.tgz
 # Settings (environment variables; the defaults made ocsd_smollm2_h200 and grpo_smollm2_h200):
 #   STEPS (4) training steps, GROUP (4) rollouts per task, SEED (0), ENGINE (hf or vllm), AUDIT (1),
 #   NAME (<method>_smollm2_h200), REPEATS (2) evaluation episodes per task, SWAP_STEPS (the checkpoints the
@@ -89,6 +94,20 @@ evaluate() {  # CKPT: success on valid_seen into $OUT/eval_<name>.json
 }
 
 case "$MODE" in
+verl)
+    B=/tmp/runs/verl_backend
+    export VERL_USE_EXTERNAL_MODULES=training.verl.plugin  # the suite is on PYTHONPATH, not installed
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+    python3 benchmarks/verl_backend.py --games "$GAMES" --steps "${STEPS:-4}" --gpus "${GPUS:-1}" \
+        --gpu-memory "${VLLM_MEM:-0.3}" --workers "${WORKERS:-8}" --out $B ${BACKENDS:+--backends $BACKENDS} || true
+    echo "benchmark done $(( $(date +%s) - T0 )) s"
+    python3 -m training.verl.parity $B/verl --step 1 2>&1 | grep -v "Loading weights" | tee $B/parity.txt
+    python3 -m training.verl.parity $B/verl --step 1 --json > $B/parity.json 2> /dev/null
+    python3 -m diagnostics.report --run $B/verl --out $B/verl/report 2>&1 | tail -12
+    python3 -m ocsd.records validate $B/verl 2>&1 | tail -3
+    cd /tmp/runs && tar czf "$OUT/verl_backend.tgz" --exclude=actor --exclude=batches verl_backend && ls -la "$OUT"
+    echo "total $(( $(date +%s) - T0 )) s"
+    exit 0 ;;
 eval)
     shift
     for ckpt in "$@"; do evaluate "$ckpt"; done
@@ -114,7 +133,7 @@ launch)  # a copy of the tree, so that later transfers do not change what runs
     exit 0 ;;
 poll)
     end=$(( T0 + ${2:-500} ))
-    while pgrep -f "run_on_gpu.sh (ocsd|grpo|eval)" > /dev/null && [ "$(date +%s)" -lt $end ]; do sleep 10; done
+    while pgrep -f "run_on_gpu.sh (ocsd|grpo|eval|verl)" > /dev/null && [ "$(date +%s)" -lt $end ]; do sleep 10; done
     for log in /tmp/logs/*.log; do
         echo "== $(basename "$log" .log): $(cat /tmp/runs/"$(basename "$log" .log)"/metrics.jsonl 2>/dev/null | wc -l) metrics rows"
         grep -m3 -i "error\|Traceback\|Killed" "$log" || true
@@ -127,7 +146,7 @@ poll)
             && n=$((n + 1))
     done
     ls -la "$OUT"
-    { pgrep -fa "run_on_gpu.sh (ocsd|grpo|eval)" || echo "nothing running"; } | cut -c1-150
+    { pgrep -fa "run_on_gpu.sh (ocsd|grpo|eval|verl)" || echo "nothing running"; } | cut -c1-150
     exit 0 ;;
 esac
 

@@ -191,6 +191,8 @@ class TrainConfig:
     beta: float = _doc("advantage modulation beta in [0, 1]", 0.5, PROBABILITY)
     write_replay: bool = _doc("write replay scores of selected steps at checkpoints (all methods)", True)
     scoring_token_budget: int = _doc("tokens per replay-scoring batch", 16384, COUNT)
+    keep_batch: bool = _doc("veRL backend: keep each checkpoint step's batch (rows, old log-probs, view scores, "
+                            "advantages) in <run>/batches/ for python -m training.verl.parity", False)
     # baselines: the values of every ZJU-REAL/SDAR ALFWorld script (ocsd/algorithm/methods.py lists them)
     # SDAR examples/rlsd_trainer/run_alfworld_qwen3.sh:56
     rlsd_lambda: float = _doc("RLSD initial lambda", 0.5, PROBABILITY)

@@ -13,6 +13,8 @@ inadmissible) goes both ways:
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -84,3 +86,60 @@ def test_rows_that_do_not_make_whole_trajectories_are_refused(batch):
         trajectories_of_rows(rows + [StepRow("again", rows[0].prompt_ids, rows[0].response_ids, rows[0].extra)])
     with pytest.raises(RowError, match="lack 'ocsd_traj_uid'"):
         trajectories_of_rows([StepRow("bare", [1], [2], {})])
+
+
+def test_parity_command_on_a_kept_batch(batch, tiny_model, smollm2_tokenizer, tmp_path, capsys):
+    """``python -m training.verl.parity``: a batch kept as the verl trainer keeps it (rows in verl's order, old
+    log-probs and view scores from the tiny model, one view score perturbed as a second implementation would round
+    it) is recomputed exactly and compared with the single-device computation; bad input exits 2 naming it."""
+    from dataclasses import replace
+
+    from ocsd.algorithm.methods import get_method
+    from ocsd.records import RunWriter
+    from ocsd.replay.scoring import sequence_logprobs
+    from training.verl.batch import StepRow, batch_advantages
+    from training.verl.parity import KeptBatch, batch_path, keep_batch, main, read_kept_batch
+
+    cfg, trajs, renderer = batch
+    cfg = replace(cfg, method="ocsd")
+    rows = [StepRow(key, out.prompt_ids, out.response_ids, out.extra_fields)
+            for key, out in agent_rows(cfg, trajs, renderer)][::-1]
+    old = {r.key: sequence_logprobs(tiny_model, r.prompt_ids, r.response_ids) for r in rows}
+    scored = {}
+
+    def score(requests):
+        for r in requests:
+            logp = sequence_logprobs(tiny_model, r.context_ids, r.response_ids)
+            scored[(r.key, r.view)] = logp - 1e-3 * (r.view == "full")  # a rounding difference of 1e-3
+        return {k: scored[k] for k in ((r.key, r.view) for r in requests)}
+
+    got = batch_advantages(rows, old, spec=get_method("ocsd"), cfg=cfg, step=1, score=score, views=["ablated", "full"])
+    run = tmp_path / "run"
+    RunWriter(run).write_run_json({"run": "r", "model": "tiny", "config": cfg.to_dict(), "backend": "verl"})
+    path = keep_batch(batch_path(run, 1), KeptBatch(1, ["ablated", "full"], rows, old, scored,
+                                                    {k: v.numpy() for k, v in got.advantages.items()}))
+    assert path == run / "batches" / "global_step_1.pt" and not list(path.parent.glob("*.tmp"))
+    assert read_kept_batch(path).rows == rows
+    weights = tmp_path / "weights"
+    tiny_model.save_pretrained(weights)
+    smollm2_tokenizer.save_pretrained(weights)
+
+    assert main([str(run), "--weights", str(weights), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    n = int(got.stats.selected.sum())
+    assert report["verl_recomputed"] == 0.0 and report["rows"] == len(rows)
+    assert report["selection"] == {"verl": n, "single_device": n, "both": n}
+    assert report["view_ids"] == {"compared": n, "identical": n}
+    assert report["old_logp"]["max_abs"] < 1e-4 and report["view_scores"]["ablated"]["max_abs"] < 1e-4
+    assert report["view_scores"]["full"]["max_abs"] == pytest.approx(1e-3, abs=1e-4)
+    assert 0 < report["advantages"]["max_abs"] < 1e-2 and report["advantages"]["sign_agreement"] == 1.0
+    assert main([str(run), "--weights", str(weights)]) == 0
+    assert "view prompt ids of the steps selected by both" in capsys.readouterr().out
+
+    assert main([str(run), "--step", "3", "--weights", str(weights)]) == 2
+    assert "global_step_3.pt: no kept batch; run verl with ocsd.keep_batch=true" in capsys.readouterr().err
+    keep_batch(batch_path(run, 2), KeptBatch(2, [], rows[:1], {}, {}, {}))
+    assert main([str(run), "--step", "2"]) == 2
+    assert "weights of step 1: name them with --weights" in capsys.readouterr().err
+    assert main([str(tmp_path / "nowhere")]) == 2
+    assert "run.json" in capsys.readouterr().err

@@ -137,10 +137,11 @@ def stub_trainer(cfg, tokenizer, worker_group, run_dir, *, save_freq: int):
 def test_trainer_stores_the_single_device_advantages(batch, store, tiny_model, smollm2_tokenizer, tmp_path, method):
     from ocsd.records import read_replay, read_run_info, validate_path
     from training.verl.checkpoint import ReplayCheckpointCallback
+    from training.verl.parity import batch_path, compare, read_kept_batch
     from training.verl.trainer import REPLAY_PARTITION, metrics_row
 
     cfg, trajs, renderer = batch
-    cfg = replace(cfg, method=method, run_name=f"verl_{method}")
+    cfg = replace(cfg, method=method, run_name=f"verl_{method}", keep_batch=True)
     ref = single_device(cfg, trajs, renderer, tiny_model, method, STEP)
     eos = smollm2_tokenizer.eos_token_id
     meta = put_batch(store, cfg, trajs, renderer, eos, dp_size=2, seed=1)
@@ -182,6 +183,16 @@ def test_trainer_stores_the_single_device_advantages(batch, store, tiny_model, s
     assert len(scored) == int(ref.stats.selected.sum()) and len(tokens) == int(scored["n_tokens"].sum())
     assert tokens[["logp_full", "logp_ablated"]].notna().all().all()
     assert (tokens["logp_full"] != tokens["logp_ablated"]).any()
+
+    # the kept batch: verl's kept inputs give its advantages again; the single-device computation agrees
+    report = compare(read_kept_batch(batch_path(run, STEP)), cfg, tiny_model, smollm2_tokenizer)
+    assert report["rows"] == len(ref.keys) and report["verl_recomputed"] == 0.0
+    n_selected = int(ref.stats.selected.sum())
+    assert report["selection"] == {"verl": n_selected, "single_device": n_selected, "both": n_selected}
+    assert report["view_ids"] == {"compared": n_selected, "identical": n_selected}
+    assert report["old_logp"]["tokens"] == sum(len(x) for x in ref.old) and report["old_logp"]["max_abs"] < 1e-4
+    assert report["view_scores"]["full"]["max_abs"] < 1e-4 and report["view_scores"]["ablated"]["max_abs"] < 1e-4
+    assert report["advantages"]["max_abs"] < 2e-4 and report["advantages"]["sign_agreement"] == 1.0
 
     timing = {"adv": 2.0, "ocsd_replay_scoring": 0.5, "gen": 7.0, "step": 12.0}
     ocsd_row = dict(trainer.ocsd_row)

@@ -5,8 +5,8 @@ the single-device trainer's token advantages of the same batch.
 inadmissible, 30% replaced by text without the action format, so that steps are penalised and GRPO advantages are
 not all zero). :func:`agent_rows`: each step as :class:`training.verl.agent_loop.EnvironmentAgentLoop` returns it,
 keyed ``{uid}_{session}_{index}`` as verl keys it. :func:`single_device`: the advantages as
-:meth:`training.trainer.Trainer.train_step` computes them (old log-probs and views scored by plain forwards of the
-tiny model).
+:meth:`training.trainer.Trainer.train_step` computes them (:func:`training.verl.parity.single_device_advantages`
+with the tiny model).
 """
 
 from __future__ import annotations
@@ -87,37 +87,13 @@ class SingleDevice:
 
 
 def single_device(cfg, trajs, renderer, model, method: str, step: int) -> SingleDevice:
-    """The token advantages of ``method`` at ``step``, as the single-device trainer computes them."""
-    from ocsd.algorithm.advantages import linear_decay
-    from ocsd.algorithm.methods import get_method, token_advantages
-    from ocsd.replay.scoring import ReplayScorer, sequence_logprobs
-    from training.pipeline import step_keys, step_statistics, token_inputs
-    from training.replay import ReplayScores, score_steps
+    """The token advantages of ``method`` at ``step``, as the single-device trainer computes them
+    (:func:`training.verl.parity.single_device_advantages`)."""
+    from ocsd.algorithm.methods import get_method
+    from training.verl.parity import single_device_advantages
 
-    spec = get_method(method)
-    keys = step_keys(trajs)
-    old = [sequence_logprobs(model, trajs[t].steps[k].prompt_ids, trajs[t].steps[k].response_ids) for t, k in keys]
-    width = max(len(x) for x in old)
-    logp, mask = torch.zeros(len(old), width), torch.zeros(len(old), width, dtype=torch.bool)
-    for i, x in enumerate(old):
-        logp[i, : len(x)], mask[i, : len(x)] = torch.from_numpy(x), True
-    stats = step_statistics(trajs, logp, mask, reward_mode=cfg.reward_mode, invalid_penalty=cfg.invalid_action_penalty,
-                            selection=spec.selection, rho=cfg.rho, generator=np.random.default_rng([cfg.seed, step, 3]))
-    scores = ReplayScores()
-    if spec.replay_views:
-        scores = score_steps(ReplayScorer(model, progress=False), renderer, trajs, stats.selected_keys,
-                             list(spec.replay_views), stats.student_logp(), env_name="alfworld",
-                             max_prompt_length=MAX_PROMPT)
-    teacher_logp = None
-    if spec.privileged_teacher:
-        context = teacher_context(renderer.tokenizer)
-        teacher_logp = torch.zeros_like(logp)
-        for i, (t, k) in enumerate(keys):
-            s = trajs[t].steps[k]
-            teacher_logp[i, : len(old[i])] = torch.from_numpy(
-                sequence_logprobs(model, context(trajs[t], s), s.response_ids))
-    inputs = token_inputs(spec, stats, scores, teacher_logp)
-    expected = token_advantages(spec, inputs, beta=cfg.beta,
-                                rlsd_lambda=linear_decay(step, cfg.rlsd_lambda, cfg.rlsd_warmdown_steps),
-                                rlsd_clip_eps=cfg.rlsd_clip_eps)
-    return SingleDevice(keys, old, mask, stats, inputs, expected)
+    ref = single_device_advantages(trajs, model, renderer, spec=get_method(method), cfg=cfg, step=step,
+                                   teacher_context=teacher_context(renderer.tokenizer))
+    mask = ref.stats.mask
+    old = [ref.stats.old_logp[i, : int(mask[i].sum())].numpy() for i in range(len(ref.keys))]
+    return SingleDevice(ref.keys, old, mask, ref.stats, ref.inputs, ref.advantages)

@@ -47,6 +47,7 @@ from training.teachers import skill_prefix, teacher_prompt_ids
 from training.verl.agent_loop import ocsd_settings, task_source
 from training.verl.batch import BatchAdvantages, StepRow, ViewRequest, batch_advantages
 from training.verl.checkpoint import PendingReplay, hold_replay
+from training.verl.parity import KeptBatch, batch_path, keep_batch
 
 __all__ = ["ActorReplayScorer", "OCSDTrainer", "REPLAY_PARTITION", "TRAINER_MODE", "metrics_row", "read_rows",
            "supported_method", "write_advantages"]
@@ -272,8 +273,19 @@ class OCSDTrainer(PPOTrainerSync):
                                    temperature=self.config.actor_rollout_ref.rollout.temperature,
                                    eos_token_id=self.tokenizer.eos_token_id)
         views = sorted(set(spec.replay_views) | ({"full", "ablated"} if record else set()))
-        result: BatchAdvantages = batch_advantages(rows, old_logp, spec=spec, cfg=cfg, step=step, score=scorer,
+        scored: dict = {}
+
+        def score(requests):
+            got = scorer(requests)
+            scored.update(got)
+            return got
+
+        result: BatchAdvantages = batch_advantages(rows, old_logp, spec=spec, cfg=cfg, step=step, score=score,
                                                    teacher_context=self._teacher_context, views=views)
+        if cfg.keep_batch and self._is_checkpoint_step():
+            kept_views = views + (["teacher"] if spec.privileged_teacher else [])
+            keep_batch(batch_path(self.run_dir, step), KeptBatch(
+                step, kept_views, rows, old_logp, scored, {k: v.numpy() for k, v in result.advantages.items()}))
         self.timing_raw["ocsd_replay_scoring"] = scorer.seconds["replay"]
         self.timing_raw["ocsd_teacher_logprob"] = scorer.seconds["teacher"]
         write_advantages(batch, result.advantages)
