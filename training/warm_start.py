@@ -86,10 +86,14 @@ def resolve_warm_start(path: str | Path) -> WarmStart:
 
 
 def merge_adapter(model, adapter: Path):
-    """``model`` with the LoRA adapter in ``adapter`` merged into its weights (a plain model again)."""
+    """``model`` with the LoRA adapter in ``adapter`` merged into its weights (a plain model again, every weight
+    trainable as before: peft loads an adapter for inference and freezes the model under it)."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    for param in merged.parameters():
+        param.requires_grad_(True)
+    return merged
 
 
 def export_adapter(actor: Path, out: Path, info: dict, *, dtype: str = "bfloat16") -> Path:

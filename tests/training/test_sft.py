@@ -191,8 +191,11 @@ def test_warm_start_loads_in_train_collect_and_evaluate(sft_run, tmp_path, tiny_
         _, model = load_policy(make_config({"model": "tiny", "warm_start": str(warm), "lora_rank": 0}))
         for (name, p), (_, q) in zip(model.state_dict().items(), merged.state_dict().items()):
             torch.testing.assert_close(p, q, rtol=1e-2, atol=1e-3, msg=name)  # bfloat16 adapter for the export
+        assert all(p.requires_grad for p in model.parameters())  # full fine-tuning trains every merged weight
     assert train([*tiny_overrides, "model=tiny", f"warm_start={exported}", f"run_dir={tmp_path / 'rl'}",
                   "batch_size=1", "group_size=2", "total_steps=1", "test_freq=0", "lora_rank=4"]) == 0
+    assert train([*tiny_overrides, "model=tiny", f"warm_start={exported}", f"run_dir={tmp_path / 'full'}",
+                  "batch_size=1", "group_size=2", "total_steps=1", "test_freq=0", "lora_rank=0"]) == 0
     assert json.loads((tmp_path / "rl" / "run.json").read_text())["config"]["warm_start"] == str(exported)
     for source in (sft_run, exported):
         assert collect(["--model", str(source), "--tasks", "1", "--group", "2", "--out",

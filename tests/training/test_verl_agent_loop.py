@@ -155,3 +155,31 @@ def test_agent_loop_plays_webshop(tmp_path, smollm2_tokenizer):
     assert {o.extra_fields["ocsd_operator"] for o in outputs} <= {"search", "click", "other"}
     assert all(o.extra_fields["ocsd_view_ids"] for o in outputs)
     assert outputs[-1].extra_fields["ocsd_score"] is None or 0.0 <= outputs[-1].extra_fields["ocsd_score"] <= 1.0
+
+
+def test_episodes_played_side_by_side_equal_those_played_alone(alfworld_games, smollm2_tokenizer, no_user_data):
+    """verl's agent-loop worker runs many episodes at once, each in a thread of one process; ALFWorld's game
+    loading and feedback (TextWorld's grammar and PDDL parsers) are not thread-safe, so the loop serialises its
+    environment calls. Eight episodes run together give the same rows as each run alone."""
+    from training.config import make_config
+    from training.envs.games import GameSource
+    from training.verl.tasks import task_row
+
+    config = verl_config(alfworld_games, max_steps=6)
+    source = GameSource.from_config(make_config(dict(config.ocsd)))
+    rows = [task_row("alfworld", game, index=i, split="valid") for i, game in enumerate(source.valid)]
+    episodes = [(rows[i % len(rows)], f"g{i % len(rows)}", i) for i in range(8)]
+
+    def play(row, uid, session):  # one loop and server per episode: its responses depend on it alone
+        loop = make_loop(config, smollm2_tokenizer, FakeServerManager(smollm2_tokenizer, seed=session))
+        return loop.run({"temperature": 1.0, "top_p": 1.0}, **row, uid=uid, session_id=session)
+
+    async def together():
+        return await asyncio.gather(*(play(*e) for e in episodes))
+
+    alone = [asyncio.run(play(*e)) for e in episodes]
+    side_by_side = asyncio.run(together())
+    for a, b in zip(alone, side_by_side):
+        assert [(o.prompt_ids, o.response_ids, o.extra_fields["ocsd_obs_next"], o.extra_fields["ocsd_view_ids"])
+                for o in a] == [(o.prompt_ids, o.response_ids, o.extra_fields["ocsd_obs_next"],
+                                 o.extra_fields["ocsd_view_ids"]) for o in b]

@@ -12,24 +12,28 @@ import pytest
 pytest.importorskip("verl")
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECK = ("import verl\n"
+CHECK = ("{first}\n"
          "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
          "from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY\n"
          "print(TRAINER_REGISTRY.get('ocsd_sync'))\n"
          "print(_agent_loop_registry.get('ocsd_env'))\n")
 
 
+@pytest.mark.parametrize("first", ["import verl", "import training.verl.main"])
 @pytest.mark.parametrize("how", ["entry point", "VERL_USE_EXTERNAL_MODULES"])
-def test_plugin_registers_the_agent_loop_in_a_fresh_interpreter(how):
+def test_plugin_registers_the_agent_loop_in_a_fresh_interpreter(how, first):
+    """Whichever is imported first, verl or the suite's command (``python -m training.verl.main``), the plugin loads
+    whole: no half-imported module, no plugin warning."""
     env = dict(os.environ)
     if how == "entry point":
         env.pop("VERL_USE_EXTERNAL_MODULES", None)
         env["VERL_USE_EXTERNAL_PLUGINS"] = "auto"
     else:  # entry points off: only the environment variable can load it
         env.update(VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="training.verl.plugin")
-    out = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([sys.executable, "-c", CHECK.format(first=first)], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
+    assert "plugin" not in out.stderr.lower() and "circular import" not in out.stderr, out.stderr[-2000:]
     lines = out.stdout.strip().splitlines()
     assert lines[-1] == "{'_target_': 'training.verl.agent_loop.EnvironmentAgentLoop'}"
     assert lines[-2] == "<class 'training.verl.trainer.OCSDTrainer'>"
@@ -38,8 +42,8 @@ def test_plugin_registers_the_agent_loop_in_a_fresh_interpreter(how):
 def test_without_the_plugin_verl_has_no_such_agent_loop():
     env = dict(os.environ, VERL_USE_EXTERNAL_PLUGINS="none")
     env.pop("VERL_USE_EXTERNAL_MODULES", None)
-    out = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([sys.executable, "-c", CHECK.format(first="import verl")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().splitlines()[-2:] == ["None", "None"]
 
 

@@ -150,7 +150,9 @@ def test_trainer_stores_the_single_device_advantages(batch, store, tiny_model, s
     trainer = stub_trainer(cfg, smollm2_tokenizer, group, run, save_freq=2)  # step 4: a checkpoint step
     metrics = {}
     meta = trainer._compute_old_log_prob(meta, metrics)  # verl's own pass
-    trainer._compute_advantage(meta, metrics)
+    stored = trainer._compute_advantage(meta, metrics)
+    # verl's later phases (the actor update) read the fields the returned batch names
+    assert stored.keys == meta.keys and set(meta.fields) | {"advantages", "returns"} <= set(stored.fields)
 
     got = store.kv_batch_get(keys=meta.keys, partition_id="train", select_fields=["advantages", "returns",
                                                                                     "extra_fields"])

@@ -11,5 +11,12 @@ Modules:
 - :mod:`~training.verl.plugin`: the registration that the ``verl.plugins`` entry point (or
   ``VERL_USE_EXTERNAL_MODULES=training.verl.plugin``) loads in every process that imports verl.
 
-Importing this package imports nothing of verl; each module imports verl itself.
+Importing this package imports verl first (when it is installed): verl loads its plugins at import, and this
+package's plugin imports the modules here, so they must not be half-imported when that happens (as they would be
+if ``python -m training.verl.main`` imported verl only from inside one of them).
 """
+
+try:
+    import verl  # noqa: F401
+except ImportError:  # the modules that need verl fail when imported, naming it
+    pass

@@ -52,6 +52,27 @@ REPLAY_VIEWS = ("full", "ablated")
 """Views pre-rendered for every step."""
 
 _LOCK = threading.Lock()
+_ENV_LOCK = threading.RLock()
+"""Held by every environment call of a process: an agent-loop worker plays its episodes in threads of one process,
+and TextWorld's grammar and PDDL parsers (ALFWorld's game loading and feedback) are not thread-safe."""
+
+
+class _Serialized:
+    """An environment whose method calls hold :data:`_ENV_LOCK` (responses are awaited outside it)."""
+
+    def __init__(self, env):
+        self._env = env
+
+    def __getattr__(self, name: str):
+        value = getattr(self._env, name)
+        if not callable(value):
+            return value
+
+        def locked(*args, **kwargs):
+            with _ENV_LOCK:
+                return value(*args, **kwargs)
+
+        return locked
 _SETTINGS: dict[str, TrainConfig] = {}
 _SOURCES: dict[str, Any] = {}
 
@@ -181,7 +202,8 @@ class EnvironmentAgentLoop(AgentLoopBase):
                        for p in prompts]
             return [f.result() for f in futures]
 
-        env = task_source(cfg).make_env([task], max_steps=cfg.max_steps, workers=0, seed=seed)
+        with _ENV_LOCK:
+            env = _Serialized(task_source(cfg).make_env([task], max_steps=cfg.max_steps, workers=0, seed=seed))
         try:
             return rollout(None, self.tokenizer, self.renderer, env, tasks, env_name=env_name,
                            history_length=cfg.history_length, max_prompt_length=cfg.max_prompt_length,

@@ -101,9 +101,15 @@ def read_rows(batch: KVBatchMeta) -> tuple[list[StepRow], dict[str, np.ndarray]]
     return rows, {key: o.float().numpy() for key, o in zip(keys, old)}
 
 
-def write_advantages(batch: KVBatchMeta, advantages: Mapping[str, torch.Tensor]) -> None:
+def write_advantages(batch: KVBatchMeta, advantages: Mapping[str, torch.Tensor]) -> KVBatchMeta:
     """Store ``advantages`` (and the same as ``returns``, as verl's GRPO does) for every row of the batch;
     padding rows and rows without advantages get zeros.
+
+    Returns
+    -------
+    KVBatchMeta
+        The batch as the store now describes it, its ``fields`` including the two new ones: what verl's later
+        phases (the actor update) read, as verl's own ``_compute_advantage`` returns it.
 
     Raises
     ------
@@ -121,8 +127,8 @@ def write_advantages(batch: KVBatchMeta, advantages: Mapping[str, torch.Tensor])
             raise ValueError(f"row {key!r}: {len(adv)} advantages for a {len(mask)}-token response")
         values.append(adv.float())
     nested = torch.nested.as_nested_tensor(values, layout=torch.jagged)
-    tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
-                    fields=TensorDict({"advantages": nested, "returns": nested.clone()}, batch_size=len(values)))
+    return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                           fields=TensorDict({"advantages": nested, "returns": nested.clone()}, batch_size=len(values)))
 
 
 class ActorReplayScorer:
@@ -288,7 +294,7 @@ class OCSDTrainer(PPOTrainerSync):
                 step, kept_views, rows, old_logp, scored, {k: v.numpy() for k, v in result.advantages.items()}))
         self.timing_raw["ocsd_replay_scoring"] = scorer.seconds["replay"]
         self.timing_raw["ocsd_teacher_logprob"] = scorer.seconds["teacher"]
-        write_advantages(batch, result.advantages)
+        stored = write_advantages(batch, result.advantages)
         self.ocsd_row = step_metrics(spec, step, result.trajs, result.stats, result.inputs, result.token_adv,
                                      result.scores)
         metrics.update({f"ocsd/{k}": v for k, v in self.ocsd_row.items() if k != "step"})
@@ -299,7 +305,7 @@ class OCSDTrainer(PPOTrainerSync):
                                method=cfg.method, views=RECORDED_VIEWS, selection=spec.selection,
                                scores=result.scores, backend="verl")
             hold_replay(self, PendingReplay(step, steps_df, tokens_df, meta, self._run_info()))
-        return batch
+        return stored
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
