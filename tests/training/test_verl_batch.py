@@ -136,6 +136,20 @@ def test_parity_command_on_a_kept_batch(batch, tiny_model, smollm2_tokenizer, tm
     assert main([str(run), "--weights", str(weights)]) == 0
     assert "view prompt ids of the steps selected by both" in capsys.readouterr().out
 
+    # the first task group alone: its advantages are those of the whole batch
+    assert main([str(run), "--weights", str(weights), "--groups", "1", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    first = sorted({r.extra["ocsd_group_uid"] for r in rows})[0]
+    assert one["rows"] == sum(r.extra["ocsd_group_uid"] == first for r in rows) < len(rows)
+    assert one["verl_recomputed"] == 0.0 and one["selection"]["both"] == one["selection"]["verl"] > 0
+    assert one["advantages"]["tokens"] < report["advantages"]["tokens"]
+    random_run = tmp_path / "random"
+    RunWriter(random_run).write_run_json({"run": "r", "model": "tiny", "backend": "verl",
+                                          "config": replace(cfg, method="ocsd_random_select").to_dict()})
+    keep_batch(batch_path(random_run, 1), read_kept_batch(path))
+    assert main([str(random_run), "--weights", str(weights), "--groups", "1"]) == 2
+    assert "selects steps at random over the whole batch" in capsys.readouterr().err
+
     assert main([str(run), "--step", "3", "--weights", str(weights)]) == 2
     assert "global_step_3.pt: no kept batch; run verl with ocsd.keep_batch=true" in capsys.readouterr().err
     keep_batch(batch_path(run, 2), KeptBatch(2, [], rows[:1], {}, {}, {}))

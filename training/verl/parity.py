@@ -20,7 +20,8 @@ about that batch:
     against a Hugging Face forward) differ by rounding, not by more.
 
 The weights of step N are those before its update: the run's initial weights for step 1 (``model`` of
-``run.json``), otherwise a Hugging Face folder named with ``--weights``.
+``run.json``), otherwise a Hugging Face folder named with ``--weights``. ``--groups N`` compares the first N task
+groups only (the advantages of a group depend on that group alone), for a check on a CPU.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ from training.replay import ReplayScores, score_steps, step_record
 from training.rollout import StepSample, Trajectory
 from training.verl.batch import StepRow, ViewRequest, batch_advantages, trajectories_of_rows
 
-__all__ = ["KeptBatch", "SingleDevice", "batch_path", "compare", "keep_batch", "main", "read_kept_batch",
-           "recompute", "single_device_advantages"]
+__all__ = ["KeptBatch", "SingleDevice", "batch_path", "compare", "first_groups", "keep_batch", "main",
+           "read_kept_batch", "recompute", "single_device_advantages"]
 
 BATCH_FOLDER = "batches"
 """Folder of a run that holds the kept batches."""
@@ -122,6 +123,28 @@ def read_kept_batch(path: str | Path) -> KeptBatch:
         scores[(key, view)] = value
     return KeptBatch(int(payload["step"]), list(payload["views"]), [StepRow(*row) for row in payload["rows"]],
                      dict(payload["old_logp"]), scores, dict(payload["advantages"]))
+
+
+def first_groups(kept: KeptBatch, n: int) -> KeptBatch:
+    """The kept batch restricted to its first ``n`` task groups (by group id).
+
+    The advantages of a group's rows depend on that group alone (GRPO normalises within a group; the top-rho
+    selection is per trajectory), so the restriction changes none of them; with random selection the draw depends
+    on the whole batch, and the restriction is refused.
+
+    Raises
+    ------
+    ValueError
+        ``n`` < 1.
+    """
+    if n < 1:
+        raise ValueError(f"--groups {n}: name at least one group")
+    groups = sorted({str(r.extra.get("ocsd_group_uid")) for r in kept.rows})[:n]
+    rows = [r for r in kept.rows if str(r.extra.get("ocsd_group_uid")) in groups]
+    keys = {r.key for r in rows}
+    return KeptBatch(kept.step, kept.views, rows, {k: v for k, v in kept.old_logp.items() if k in keys},
+                     {k: v for k, v in kept.scores.items() if k[0] in keys},
+                     {k: v for k, v in kept.advantages.items() if k in keys})
 
 
 def recompute(kept: KeptBatch, cfg: TrainConfig, spec: MethodSpec,
@@ -285,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(default for step 1: the run's initial weights, model of run.json)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on the CPU")
+    parser.add_argument("--groups", type=int, help="compare the first N task groups only (each group's advantages "
+                        "depend on it alone; for a quicker check on a CPU)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     from ocsd.replay.models import load_model, load_tokenizer
@@ -295,6 +320,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         info = read_run_info(args.run)
         cfg = make_config(info["config"], source=str(info_file))
         kept = read_kept_batch(batch_path(args.run, args.step))
+        if args.groups is not None:
+            if get_method(cfg.method).selection == "random":
+                raise ValueError(f"--groups: method {cfg.method!r} selects steps at random over the whole batch; "
+                                 "compare it whole")
+            kept = first_groups(kept, args.groups)
     except (OSError, ValueError, KeyError) as err:
         print(f"training.verl.parity: {err if not isinstance(err, KeyError) else f'{info_file}: no {err}'}",
               file=sys.stderr)
