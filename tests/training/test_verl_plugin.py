@@ -81,3 +81,14 @@ def test_checkpoint_callback_writes_records_the_validator_accepts(tmp_path):
     assert len(back.steps) == len(source.steps) and len(back.tokens) == len(source.tokens)
     assert back.metas[0]["global_step"] == 3 and read_run_info(run)["method"] == "ocsd"
     assert getattr(trainer, "ocsd_pending_replay") is None
+
+
+def test_the_single_device_trainers_verl_import_is_quiet():
+    """The single-device trainer imports verl for its loss functions; the plugin then loaded imports verl's trainer,
+    whose optional engines and accelerator detection would print what is absent on a CPU machine."""
+    env = dict(os.environ, VERL_USE_EXTERNAL_PLUGINS="auto")
+    env.pop("VERL_USE_EXTERNAL_MODULES", None)
+    out = subprocess.run([sys.executable, "-c", "import verl.trainer.ppo.core_algos\nimport training.verl.plugin as p\n"
+                          "print(p.registered())"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "True", out.stderr[-2000:]
+    assert "engine is not available" not in out.stderr and "accelerator" not in out.stderr, out.stderr[-2000:]

@@ -12,7 +12,20 @@ so the Ray processes that import verl (the task runner, the agent-loop workers) 
 
 from __future__ import annotations
 
-from training.verl import agent_loop, trainer  # noqa: F401  (register the agent loop and the trainer)
+import logging
+import warnings
+
+# Importing verl's trainer imports its optional engines and detects the accelerator. Where verl only serves the
+# single-device trainer's loss functions (a CPU machine), both merely list what is absent: kept out of the output.
+_PLATFORM_LOG = logging.getLogger("verl.plugin.platform.platform_manager")
+_LEVEL = _PLATFORM_LOG.level
+_PLATFORM_LOG.setLevel(logging.ERROR)
+try:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
+        from training.verl import agent_loop, trainer  # noqa: F401  (register the agent loop and the trainer)
+finally:
+    _PLATFORM_LOG.setLevel(_LEVEL)
 from training.verl.tasks import AGENT_NAME
 from training.verl.trainer import TRAINER_MODE
 
