@@ -16,8 +16,8 @@ about that batch:
     the rebuilt trajectories and scored by :class:`ocsd.replay.scoring.ReplayScorer`, then the method's advantages.
     Printed beside verl's: the largest and mean token differences of the old log-probs, the view scores and the
     advantages, how many selected steps agree, whether the agent loop's pre-rendered view ids equal the renderer's,
-    and the share of tokens whose advantage keeps its sign. Two implementations in bfloat16 (FSDP with sdpa
-    against a Hugging Face forward) differ by rounding, not by more.
+    and the share of tokens whose advantage keeps its sign. The log-probs of two implementations differ by their
+    rounding (verl's actor computes in bfloat16), so these differences are not zero; the recomputation must be.
 
 The weights of step N are those before its update: the run's initial weights for step 1 (``model`` of
 ``run.json``), otherwise a Hugging Face folder named with ``--weights``. ``--groups N`` compares the first N task
