@@ -102,8 +102,8 @@ verl)
     python3 benchmarks/verl_backend.py --games "$GAMES" --steps "${STEPS:-4}" --gpus "${GPUS:-1}" \
         --gpu-memory "${VLLM_MEM:-0.3}" --workers "${WORKERS:-8}" --out $B ${BACKENDS:+--backends $BACKENDS} || true
     echo "benchmark done $(( $(date +%s) - T0 )) s"
-    python3 -m training.verl.parity $B/verl --step 1 2>&1 | grep -v "Loading weights" | tee $B/parity.txt
-    python3 -m training.verl.parity $B/verl --step 1 --json > $B/parity.json 2> /dev/null
+    python3 -m training.verl.parity $B/verl --step 1 --json > $B/parity.json 2> $B/parity.err
+    cat $B/parity.json; grep -v "Loading weights" $B/parity.err | tail -3
     python3 -m diagnostics.report --run $B/verl --out $B/verl/report 2>&1 | tail -12
     python3 -m ocsd.records validate $B/verl 2>&1 | tail -3
     cd /tmp/runs && tar czf "$OUT/verl_backend.tgz" --exclude=actor --exclude=batches verl_backend && ls -la "$OUT"

@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ocsd.algorithm.advantages import protocol_advantages
-from ocsd.algorithm.methods import MethodSpec, TokenInputs, token_signal
+from ocsd.algorithm.advantages import linear_decay, protocol_advantages
+from ocsd.algorithm.methods import MethodSpec, TokenInputs, token_advantages, token_signal
 from ocsd.algorithm.signals import calibration_signal, select_steps, step_nll
 from training.config import TrainConfig
 from training.engines import response_token_count
@@ -156,6 +156,14 @@ def token_inputs(spec: MethodSpec, stats: BatchStatistics, scores: ReplayScores,
     return TokenInputs(adv=torch.from_numpy(stats.advantages).float(), mask=stats.mask,
                        selected=stats.selected & scored if spec.signal else stats.selected, logp_student=old_logp,
                        logp_full=views["full"], logp_ablated=views["ablated"], logp_teacher=teacher_logp)
+
+
+def method_advantages(spec: MethodSpec, inputs: TokenInputs, cfg: TrainConfig, step: int) -> torch.Tensor:
+    """:func:`ocsd.algorithm.methods.token_advantages` of ``spec`` at training ``step`` with the config's ``beta``
+    and RLSD settings (lambda decayed linearly over ``rlsd_warmdown_steps``), whichever trainer calls it."""
+    return token_advantages(spec, inputs, beta=cfg.beta,
+                            rlsd_lambda=linear_decay(step, cfg.rlsd_lambda, cfg.rlsd_warmdown_steps),
+                            rlsd_clip_eps=cfg.rlsd_clip_eps)
 
 
 def step_tasks(policy: Policy, step: int) -> list:

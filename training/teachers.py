@@ -50,6 +50,17 @@ def skill_prefix(env: str, task_type: str) -> str:
     return f"{SKILL_HEADER}{skill_text(env, task_type)}\n\n"
 
 
+def teacher_context(tokenizer: Any, env: str, max_prompt_length: int | None = None):
+    """``context(traj, step) -> prompt ids`` of the privileged teacher for one step of a trajectory of ``env``:
+    :func:`teacher_prompt_ids` of the step's rollout prompt with the trajectory's task type's :func:`skill_prefix`
+    (what every trainer scores the teacher under)."""
+
+    def context(traj, step) -> list[int]:
+        return teacher_prompt_ids(tokenizer, step.prompt_ids, skill_prefix(env, traj.task_type), max_prompt_length)
+
+    return context
+
+
 def teacher_prompt_ids(tokenizer: Any, prompt_ids: Sequence[int], prefix: str,
                        max_prompt_length: int | None = None) -> list[int]:
     """Prompt ids of the privileged teacher for one step.

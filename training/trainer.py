@@ -40,18 +40,17 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ocsd.algorithm.advantages import linear_decay
-from ocsd.algorithm.methods import MethodSpec, get_method, token_advantages
+from ocsd.algorithm.methods import MethodSpec, get_method
 from ocsd.environments import get_environment
 from ocsd.records import (LOCK_FILE, METRICS_FILE, RECORDED_VIEWS, RUN_FILE, RecordError, RunLock,
                           RunWriter, checkpoint_dirs, checkpoint_folders, read_run_info, write_replay)
 from training.config import TrainConfig
-from training.pipeline import (collect_batch, record_tables, replay_meta, score_selected, step_metrics, step_tasks,
-                               token_inputs)
+from training.pipeline import (collect_batch, method_advantages, record_tables, replay_meta, score_selected,
+                               step_metrics, step_tasks, token_inputs)
 from training.policy import Policy, load_policy, timed, write_actor
 from training.replay import ReplayScores, StepKey
 from training.rollout import Trajectory
-from training.teachers import skill_prefix, teacher_prompt_ids
+from training.teachers import teacher_context
 from training.update import LossSettings, UpdateBatch, ppo_update
 
 REQUIRED_TIMINGS = ("time/rollout", "time/old_logprob", "time/ref_logprob", "time/replay_scoring", "time/advantage",
@@ -285,13 +284,9 @@ class Trainer:
         The teacher prompt is SDAR's: the skill prefix in front of the student's chat-templated rollout
         prompt, tokenised again and cut to ``max_prompt_length`` from the left (:mod:`training.teachers`).
         """
-        pairs = []
-        for t, k in keys:
-            traj, s = trajs[t], trajs[t].steps[k]
-            prompt = teacher_prompt_ids(self.tokenizer, s.prompt_ids, skill_prefix(self.cfg.env, traj.task_type),
-                                        self.cfg.max_prompt_length)
-            pairs.append((prompt, s.response_ids))
-        return self.policy.logprobs(pairs)[0]
+        context = teacher_context(self.tokenizer, self.cfg.env, self.cfg.max_prompt_length)
+        return self.policy.logprobs([(context(trajs[t], trajs[t].steps[k]), trajs[t].steps[k].response_ids)
+                                     for t, k in keys])[0]
 
     def train_step(self, step: int) -> dict:
         """Run one training step; returns its metrics row (and writes a checkpoint when due)."""
@@ -315,9 +310,7 @@ class Trainer:
                     teacher_logp = self._teacher_logp(trajs, keys)
             with timed(timings, "time/advantage"):
                 inputs = token_inputs(spec, stats, scores, teacher_logp)
-                token_adv = token_advantages(spec, inputs, beta=cfg.beta,
-                                             rlsd_lambda=linear_decay(step, cfg.rlsd_lambda, cfg.rlsd_warmdown_steps),
-                                             rlsd_clip_eps=cfg.rlsd_clip_eps)
+                token_adv = method_advantages(spec, inputs, cfg, step)
             with timed(timings, "time/update"):
                 for group in self.optimizer.param_groups:
                     group["lr"] = self._lr(step)

@@ -88,13 +88,13 @@ def test_calibration_metrics_are_of_the_signal_the_update_used(tmp_path, games, 
     import training.trainer as trainer_module
 
     seen = []
-    real = trainer_module.token_advantages
+    real = trainer_module.method_advantages
 
-    def spy(spec, inputs, **kwargs):
+    def spy(spec, inputs, cfg, step):
         seen.append(inputs)
-        return real(spec, inputs, **kwargs)
+        return real(spec, inputs, cfg, step)
 
-    monkeypatch.setattr(trainer_module, "token_advantages", spy)
+    monkeypatch.setattr(trainer_module, "method_advantages", spy)
     trainer = Trainer(tiny_cfg(tmp_path / method, method=method, kl_coef=0.0, total_steps=2, save_freq=2), games=games)
     for step in (1, 2):  # step 1 scores only the views of the update, step 2 (a checkpoint) every recorded view
         row = trainer.train_step(step)

@@ -65,13 +65,10 @@ def agent_rows(cfg, trajs, renderer, global_step: int = 0) -> list[tuple[str, ob
 
 
 def teacher_context(tokenizer):
-    """The baselines' privileged prompt of a step, as ``Trainer._teacher_logp`` builds it."""
-    from training.teachers import skill_prefix, teacher_prompt_ids
+    """The baselines' privileged prompt of a step, as the trainers build it."""
+    from training.teachers import teacher_context as context
 
-    def context(traj, s):
-        return teacher_prompt_ids(tokenizer, s.prompt_ids, skill_prefix("alfworld", traj.task_type), MAX_PROMPT)
-
-    return context
+    return context(tokenizer, "alfworld", MAX_PROMPT)
 
 
 @dataclass

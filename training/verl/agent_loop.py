@@ -52,6 +52,8 @@ REPLAY_VIEWS = ("full", "ablated")
 """Views pre-rendered for every step."""
 
 _LOCK = threading.Lock()
+_SETTINGS: dict[str, TrainConfig] = {}
+_SOURCES: dict[str, Any] = {}
 _ENV_LOCK = threading.RLock()
 """Held by every environment call of a process: an agent-loop worker plays its episodes in threads of one process,
 and TextWorld's grammar and PDDL parsers (ALFWorld's game loading and feedback) are not thread-safe."""
@@ -73,8 +75,6 @@ class _Serialized:
                 return value(*args, **kwargs)
 
         return locked
-_SETTINGS: dict[str, TrainConfig] = {}
-_SOURCES: dict[str, Any] = {}
 
 
 def ocsd_settings(trainer_config) -> TrainConfig:

@@ -19,10 +19,9 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from ocsd.algorithm.advantages import linear_decay
-from ocsd.algorithm.methods import MethodSpec, TokenInputs, token_advantages
+from ocsd.algorithm.methods import MethodSpec, TokenInputs
 from training.config import TrainConfig
-from training.pipeline import BatchStatistics, step_keys, step_statistics, token_inputs
+from training.pipeline import BatchStatistics, method_advantages, step_keys, step_statistics, token_inputs
 from training.replay import ReplayScores, StepKey
 from training.rollout import StepSample, Trajectory
 
@@ -231,8 +230,6 @@ def batch_advantages(rows: Sequence[StepRow], old_logp: Mapping[str, np.ndarray]
             values = np.asarray(got[(key_of[tk], "teacher")], dtype=np.float32)[: logp.shape[1]]
             teacher_logp[i, : len(values)] = torch.from_numpy(values)
     inputs = token_inputs(spec, stats, scores, teacher_logp)
-    adv = token_advantages(spec, inputs, beta=cfg.beta,
-                           rlsd_lambda=linear_decay(step, cfg.rlsd_lambda, cfg.rlsd_warmdown_steps),
-                           rlsd_clip_eps=cfg.rlsd_clip_eps)
+    adv = method_advantages(spec, inputs, cfg, step)
     advantages = {key_of[tk]: adv[i, : int(mask[i].sum())].clone() for i, tk in enumerate(keys)}
     return BatchAdvantages(advantages, trajs, where, stats, scores, inputs, adv)

@@ -36,11 +36,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ocsd.algorithm.advantages import linear_decay
-from ocsd.algorithm.methods import MethodSpec, TokenInputs, get_method, token_advantages
+from ocsd.algorithm.methods import MethodSpec, TokenInputs, get_method
 from ocsd.records import RUN_FILE, read_run_info
 from training.config import TrainConfig, make_config
-from training.pipeline import BatchStatistics, step_keys, step_statistics, token_inputs
+from training.pipeline import BatchStatistics, method_advantages, step_keys, step_statistics, token_inputs
 from training.replay import ReplayScores, score_steps, step_record
 from training.rollout import StepSample, Trajectory
 from training.verl.batch import StepRow, ViewRequest, batch_advantages, trajectories_of_rows
@@ -220,9 +219,7 @@ def single_device_advantages(trajs: Sequence[Trajectory], model, renderer, *, sp
         pairs = [(teacher_context(trajs[t], trajs[t].steps[k]), trajs[t].steps[k].response_ids) for t, k in keys]
         teacher_logp = response_logprobs(model, pairs, padded=True, token_budget=budget)[0].float().cpu()
     inputs = token_inputs(spec, stats, scores, teacher_logp)
-    adv = token_advantages(spec, inputs, beta=cfg.beta,
-                           rlsd_lambda=linear_decay(step, cfg.rlsd_lambda, cfg.rlsd_warmdown_steps),
-                           rlsd_clip_eps=cfg.rlsd_clip_eps)
+    adv = method_advantages(spec, inputs, cfg, step)
     return SingleDevice(keys, stats, scores, inputs, adv)
 
 
@@ -246,15 +243,11 @@ def compare(kept: KeptBatch, cfg: TrainConfig, model, tokenizer) -> dict:
     """
     from ocsd.replay.prompts import PromptRenderer
     from ocsd.replay.render import render_steps
-    from training.teachers import skill_prefix, teacher_prompt_ids
+    from training.teachers import teacher_context
 
     spec = get_method(cfg.method)
-
-    def teacher_context(traj, s):
-        return teacher_prompt_ids(tokenizer, s.prompt_ids, skill_prefix(cfg.env, traj.task_type),
-                                  cfg.max_prompt_length)
-
-    again = recompute(kept, cfg, spec, teacher_context)
+    context = teacher_context(tokenizer, cfg.env, cfg.max_prompt_length)
+    again = recompute(kept, cfg, spec, context)
     exact = max((float(np.abs(again[k] - kept.advantages[k]).max(initial=0.0)) for k in kept.advantages),
                 default=0.0)
     trajs, where = trajectories_of_rows(kept.rows)
@@ -262,10 +255,11 @@ def compare(kept: KeptBatch, cfg: TrainConfig, model, tokenizer) -> dict:
     views = [v for v in kept.views if v != "teacher"]
     renderer = PromptRenderer(tokenizer)
     ref = single_device_advantages(trajs, model, renderer, spec=spec, cfg=cfg, step=kept.step, views=views,
-                                   teacher_context=teacher_context)
-    old = [(kept.old_logp[key_of[tk]], ref.stats.old_logp[i, : int(ref.stats.mask[i].sum())].numpy())
-           for i, tk in enumerate(ref.keys)]
-    ours = {key_of[tk]: ref.advantages[i, : int(ref.stats.mask[i].sum())].numpy() for i, tk in enumerate(ref.keys)}
+                                   teacher_context=context)
+    lengths = ref.stats.mask.sum(dim=1).tolist()
+    rows_of = list(enumerate(zip(ref.keys, lengths)))
+    old = [(kept.old_logp[key_of[tk]], ref.stats.old_logp[i, :n].numpy()) for i, (tk, n) in rows_of]
+    ours = {key_of[tk]: ref.advantages[i, :n].numpy() for i, (tk, n) in rows_of}
     adv_pairs = [(kept.advantages[k], ours[k]) for k in ours]
     signs = np.concatenate([np.sign(a) == np.sign(b) for a, b in adv_pairs]) if adv_pairs else np.zeros(0)
     verl_selected = {tk for tk in ref.keys if any((key_of[tk], v) in kept.scores for v in views)}

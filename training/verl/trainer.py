@@ -43,7 +43,7 @@ from ocsd.algorithm.methods import MethodSpec, get_method
 from ocsd.records import RECORDED_VIEWS, RunWriter
 from training.config import ConfigError, TrainConfig
 from training.pipeline import record_tables, replay_meta, step_metrics
-from training.teachers import skill_prefix, teacher_prompt_ids
+from training.teachers import teacher_context
 from training.verl.agent_loop import ocsd_settings, task_source
 from training.verl.batch import BatchAdvantages, StepRow, ViewRequest, batch_advantages
 from training.verl.checkpoint import PendingReplay, hold_replay
@@ -254,11 +254,6 @@ class OCSDTrainer(PPOTrainerSync):
             group._dispatch_info["actor"] = group._query_dispatch_info("actor")
         return max(group._dispatch_info["actor"]) + 1
 
-    def _teacher_context(self, traj, step) -> list[int]:
-        """The privileged teacher's prompt, as the single-device trainer builds it (:mod:`training.teachers`)."""
-        return teacher_prompt_ids(self.tokenizer, step.prompt_ids, skill_prefix(self.ocsd.env, traj.task_type),
-                                  self.ocsd.max_prompt_length)
-
     def _run_info(self) -> dict:
         cfg = self.ocsd
         return {"run": cfg.run_name, "method": cfg.method, "env": cfg.env,
@@ -273,7 +268,8 @@ class OCSDTrainer(PPOTrainerSync):
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         cfg, spec, step = self.ocsd, self.ocsd_spec, int(self.global_steps)
-        record = self._is_checkpoint_step() and cfg.write_replay
+        checkpoint = self._is_checkpoint_step()
+        record = checkpoint and cfg.write_replay
         rows, old_logp = read_rows(batch)
         scorer = ActorReplayScorer(self.actor_rollout_wg, batch, multiple=self._actor_dp_size(),
                                    temperature=self.config.actor_rollout_ref.rollout.temperature,
@@ -286,9 +282,10 @@ class OCSDTrainer(PPOTrainerSync):
             scored.update(got)
             return got
 
+        context = teacher_context(self.tokenizer, cfg.env, cfg.max_prompt_length)
         result: BatchAdvantages = batch_advantages(rows, old_logp, spec=spec, cfg=cfg, step=step, score=score,
-                                                   teacher_context=self._teacher_context, views=views)
-        if cfg.keep_batch and self._is_checkpoint_step():
+                                                   teacher_context=context, views=views)
+        if cfg.keep_batch and checkpoint:
             kept_views = views + (["teacher"] if spec.privileged_teacher else [])
             keep_batch(batch_path(self.run_dir, step), KeptBatch(
                 step, kept_views, rows, old_logp, scored, {k: v.numpy() for k, v in result.advantages.items()}))
