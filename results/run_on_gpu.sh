@@ -30,8 +30,10 @@
 #   bash results/run_on_gpu.sh verl                   the veRL backend beside the single-device trainer
 #                                                     (benchmarks/verl_backend.py; the bundle then carries the stack
 #                                                     of gpu_stack.sh download --verl), the parity of verl's first
-#                                                     batch (training.verl.parity) and the report of the verl run,
-#                                                     packed into $OUT/verl_backend.tgz
+#                                                     batch (training.verl.parity, the whole batch, float32 on the
+#                                                     GPU) and the report of the verl run, packed into
+#                                                     $OUT/verl_backend.tgz; on a machine of two GPUs then verl
+#                                                     alone on both (TWO_GPUS=0: not), into $OUT/verl_two_gpus.tgz
 # Settings (environment variables; the defaults made ocsd_smollm2_h200 and grpo_smollm2_h200):
 #   STEPS (4) training steps, GROUP (4) rollouts per task, SEED (0), ENGINE (hf or vllm), AUDIT (1),
 #   NAME (<method>_smollm2_h200), REPEATS (2) evaluation episodes per task, SWAP_STEPS (the checkpoints the
@@ -102,11 +104,21 @@ verl)
     python3 benchmarks/verl_backend.py --games "$GAMES" --steps "${STEPS:-4}" --gpus "${GPUS:-1}" \
         --gpu-memory "${VLLM_MEM:-0.3}" --workers "${WORKERS:-8}" --out $B ${BACKENDS:+--backends $BACKENDS} || true
     echo "benchmark done $(( $(date +%s) - T0 )) s"
-    python3 -m training.verl.parity $B/verl --step 1 --json > $B/parity.json 2> $B/parity.err
+    # the whole kept batch of step 1, the single-device side in float32 on the GPU
+    python3 -m training.verl.parity $B/verl --step 1 --device cuda --dtype float32 --json > $B/parity.json \
+        2> $B/parity.err
     cat $B/parity.json; grep -v "Loading weights" $B/parity.err | tail -3
     python3 -m diagnostics.report --run $B/verl --out $B/verl/report 2>&1 | tail -12
     python3 -m ocsd.records validate $B/verl 2>&1 | tail -3
-    cd /tmp/runs && tar czf "$OUT/verl_backend.tgz" --exclude=actor --exclude=batches verl_backend && ls -la "$OUT"
+    (cd /tmp/runs && tar czf "$OUT/verl_backend.tgz" --exclude=actor --exclude=batches verl_backend)
+    echo "one GPU done $(( $(date +%s) - T0 )) s"
+    if [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && [ "${TWO_GPUS:-1}" = 1 ]; then  # verl again on two GPUs
+        python3 benchmarks/verl_backend.py --games "$GAMES" --steps "${STEPS:-4}" --gpus 2 --backends verl \
+            --gpu-memory "${VLLM_MEM:-0.3}" --workers "${WORKERS:-8}" --out $B/two_gpus || true
+        python3 -m ocsd.records validate $B/two_gpus/verl 2>&1 | tail -3
+        (cd /tmp/runs && tar czf "$OUT/verl_two_gpus.tgz" --exclude=actor --exclude=batches verl_backend/two_gpus)
+    fi
+    ls -la "$OUT"
     echo "total $(( $(date +%s) - T0 )) s"
     exit 0 ;;
 eval)
