@@ -13,6 +13,8 @@ pytest.importorskip("verl")
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ("{first}\n"
+         "from verl.utils import torch_functional\n"
+         "print(torch_functional.logprobs_from_logits_v2.__module__)\n"
          "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
          "from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY\n"
          "print(TRAINER_REGISTRY.get('ocsd_sync'))\n"
@@ -35,6 +37,7 @@ def test_plugin_registers_the_agent_loop_in_a_fresh_interpreter(how, first):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "plugin" not in out.stderr.lower() and "circular import" not in out.stderr, out.stderr[-2000:]
     lines = out.stdout.strip().splitlines()
+    assert lines[-3] == "training.verl.logprobs"  # verl's per-token log-prob fallback replaced (no flash-attn here)
     assert lines[-1] == "{'_target_': 'training.verl.agent_loop.EnvironmentAgentLoop'}"
     assert lines[-2] == "<class 'training.verl.trainer.OCSDTrainer'>"
 
@@ -44,7 +47,8 @@ def test_without_the_plugin_verl_has_no_such_agent_loop():
     env.pop("VERL_USE_EXTERNAL_MODULES", None)
     out = subprocess.run([sys.executable, "-c", CHECK.format(first="import verl")], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip().splitlines()[-2:] == ["None", "None"]
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-3:] == ["verl.utils.torch_functional", "None",
+                                                                             "None"]
 
 
 def test_checkpoint_callback_writes_records_the_validator_accepts(tmp_path):

@@ -7,7 +7,9 @@ the same where the package is not installed. Importing this module registers
 - the agent loop :class:`training.verl.agent_loop.EnvironmentAgentLoop` under ``agent_name`` ``ocsd_env``;
 - the trainer :class:`training.verl.trainer.OCSDTrainer` under ``trainer.v1.trainer_mode`` ``ocsd_sync``;
 
-so the Ray processes that import verl (the task runner, the agent-loop workers) find them by name.
+so the Ray processes that import verl (the task runner, the agent-loop workers) find them by name. Where flash-attn
+is not installed it also replaces verl's per-token log-prob fallback by the same computation in blocks of rows
+(:mod:`training.verl.logprobs`), in every process, the actor's workers included.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ try:
         from training.verl import agent_loop, trainer  # noqa: F401  (register the agent loop and the trainer)
 finally:
     _PLATFORM_LOG.setLevel(_LEVEL)
+from training.verl.logprobs import install as _install_logprobs
 from training.verl.tasks import AGENT_NAME
 from training.verl.trainer import TRAINER_MODE
+
+_install_logprobs()
 
 __all__ = ["AGENT_NAME", "TRAINER_MODE", "registered"]
 
