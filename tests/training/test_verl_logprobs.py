@@ -55,10 +55,11 @@ def test_empty_and_single_row_blocks():
 
 def test_verls_logprobs_from_logits_uses_it_once_the_plugin_is_loaded():
     """verl's public entry point reaches the blocked computation (flash-attn is not installed here)."""
-    import training.verl.plugin  # noqa: F401
     from verl.utils.torch_functional import FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE, logprobs_from_logits
 
-    assert not FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE and installed()
+    from training.verl import plugin
+
+    assert plugin.registered() and not FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE and installed()
     logits, labels = _inputs(np.random.default_rng(3), (64,), 50, torch.float32)
     torch.testing.assert_close(logprobs_from_logits(logits, labels), verl_fallback()(logits, labels), rtol=0,
                                atol=1e-6)
