@@ -8,6 +8,9 @@ Modules:
   per interaction step;
 - :mod:`~training.verl.checkpoint`: the checkpoint callback that writes the replay-score records beside every
   verl checkpoint (``global_step_N/replay/``);
+- :mod:`~training.verl.logprobs`: verl's per-token log-prob fallback (without flash-attn) as the same computation
+  on blocks of rows, which the plugin installs;
+- :mod:`~training.verl.parity`: the same kept batch through verl's and the single-device trainer's computation;
 - :mod:`~training.verl.plugin`: the registration that the ``verl.plugins`` entry point (or
   ``VERL_USE_EXTERNAL_MODULES=training.verl.plugin``) loads in every process that imports verl.
 
