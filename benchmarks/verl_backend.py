@@ -15,6 +15,7 @@ wall time (start-up included), steps per second and the replay-scoring share of 
 ``verl_backend.json`` into ``--out``.
 
     python benchmarks/verl_backend.py --games DIR [--steps 4] [--gpus 1] [--backends verl,single] [--out DIR]
+        [--fp32-actor] [--verl-arg OVERRIDE ...]
 
 Needs CUDA, verl and vLLM (``bash scripts/gpu_stack.sh download DIR --verl``, then ``install``) and the ALFWorld
 engine.
@@ -43,6 +44,12 @@ PHASES = (("rollout", "time/rollout"), ("old log-probs", "time/old_logprob"),
 rollout, as ``time/rollout_sync``)."""
 
 
+FP32_ACTOR = tuple(f"+actor_rollout_ref.{role}.fsdp_config.mixed_precision={{param_dtype: fp32}}"
+                   for role in ("actor", "ref"))
+"""verl overrides that compute the actor and reference in float32 (verl's FSDP default is bfloat16 parameters), so
+that ``training.verl.parity --dtype float32`` compares the same precision on both sides."""
+
+
 def shared_settings(args) -> dict[str, object]:
     """The OCSD settings both backends run with (``TrainConfig`` keys)."""
     return {"method": "ocsd", "model": "smollm2", "warm_start": str(ROOT / "training/warm_starts/smollm2-alfworld"),
@@ -60,7 +67,8 @@ def command(backend: str, args, run_dir: Path) -> list[str]:
         return [sys.executable, "-m", "training.verl.main", "ocsd=alfworld", "ocsd.keep_batch=true",
                 *(f"ocsd.{k}={v}" for k, v in settings.items()), f"trainer.n_gpus_per_node={args.gpus}",
                 f"actor_rollout_ref.rollout.gpu_memory_utilization={args.gpu_memory}",
-                f"actor_rollout_ref.rollout.agent.num_workers={args.workers}"]
+                f"actor_rollout_ref.rollout.agent.num_workers={args.workers}",
+                *(FP32_ACTOR if args.fp32_actor else ()), *args.verl_arg]
     return [sys.executable, "-m", "training.train", "--config", str(ROOT / "training/configs/alfworld_paper.yaml"),
             *(f"{k}={v}" for k, v in settings.items()), "overwrite=true", "rollout_engine=vllm", "device=cuda",
             f"vllm_gpu_memory_utilization={args.gpu_memory}", f"env_workers={args.workers}",
@@ -118,7 +126,8 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--games", required=True, help="folder of generated ALFWorld games")
     p.add_argument("--backends", default="verl,single")
@@ -131,9 +140,17 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=8, help="environment workers (verl: agent-loop workers)")
     p.add_argument("--gpus", type=int, default=1, help="GPUs of the verl run (the single-device trainer uses one)")
     p.add_argument("--gpu-memory", type=float, default=0.3, help="share of GPU memory of the vLLM engine")
+    p.add_argument("--verl-arg", action="append", default=[], metavar="OVERRIDE",
+                   help="a Hydra override added to the verl command (repeatable)")
+    p.add_argument("--fp32-actor", action="store_true",
+                   help="verl's actor and reference in float32 (its FSDP default is bfloat16 parameters)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="verl_backend_out")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():

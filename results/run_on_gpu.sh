@@ -33,7 +33,8 @@
 #                                                     batch (training.verl.parity, the whole batch, float32 on the
 #                                                     GPU) and the report of the verl run, packed into
 #                                                     $OUT/verl_backend.tgz; on a machine of two GPUs then verl
-#                                                     alone on both (TWO_GPUS=0: not), into $OUT/verl_two_gpus.tgz
+#                                                     alone on both (TWO_GPUS=0: not), into $OUT/verl_two_gpus.tgz;
+#                                                     VERL_FP32=1: verl's actor and reference in float32
 # Settings (environment variables; the defaults made ocsd_smollm2_h200 and grpo_smollm2_h200):
 #   STEPS (4) training steps, GROUP (4) rollouts per task, SEED (0), ENGINE (hf or vllm), AUDIT (1),
 #   NAME (<method>_smollm2_h200), REPEATS (2) evaluation episodes per task, SWAP_STEPS (the checkpoints the
@@ -102,7 +103,8 @@ verl)
     export VERL_USE_EXTERNAL_MODULES=training.verl.plugin  # the suite is on PYTHONPATH, not installed
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
     python3 benchmarks/verl_backend.py --games "$GAMES" --steps "${STEPS:-4}" --gpus "${GPUS:-1}" \
-        --gpu-memory "${VLLM_MEM:-0.3}" --workers "${WORKERS:-8}" --out $B ${BACKENDS:+--backends $BACKENDS} || true
+        --gpu-memory "${VLLM_MEM:-0.3}" --workers "${WORKERS:-8}" --out $B ${BACKENDS:+--backends $BACKENDS} \
+        $([ "${VERL_FP32:-0}" = 1 ] && echo --fp32-actor) || true
     echo "benchmark done $(( $(date +%s) - T0 )) s"
     # the whole kept batch of step 1, the single-device side in float32 on the GPU
     python3 -m training.verl.parity $B/verl --step 1 --device cuda --dtype float32 --json > $B/parity.json \

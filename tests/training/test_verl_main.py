@@ -153,3 +153,26 @@ def test_without_a_model_path_the_sections_model_and_warm_start_are_merged(alfwo
         torch.testing.assert_close(merged(ids).logits, reference(ids).logits)
     monkeypatch.setenv("OCSD_CACHE", str(tmp_path / "cache"))
     assert initial_weights("smollm2", str(warm)) == folder  # cached: the same folder again
+
+
+def test_the_verl_benchmarks_command_composes(alfworld_games, tmp_path):
+    """``benchmarks/verl_backend.py``'s verl command, dry-run: every key it sets is accepted, with the float32
+    actor and reference of ``--fp32-actor`` and an extra override."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("verl_backend", ROOT / "benchmarks" / "verl_backend.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = bench.build_parser().parse_args(["--games", str(alfworld_games), "--train-games", "2", "--fp32-actor",
+                                            "--workers", "4", "--verl-arg", "trainer.save_freq=2"])
+    cmd = bench.command("verl", args, tmp_path / "run")
+    assert cmd[1:3] == ["-m", "training.verl.main"]
+    out = dry_run(*cmd[3:], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    config = yaml.safe_load(out.stdout)
+    ocsd, aro = config["ocsd"], config["actor_rollout_ref"]
+    assert (ocsd["batch_size"], ocsd["group_size"], ocsd["max_steps"], ocsd["max_response_length"]) == (16, 8, 12, 64)
+    assert ocsd["lora_rank"] == 0 and ocsd["keep_batch"] and ocsd["lr"] == pytest.approx(1e-6)
+    assert aro["actor"]["fsdp_config"]["mixed_precision"] == {"param_dtype": "fp32"}
+    assert aro["ref"]["fsdp_config"]["mixed_precision"] == {"param_dtype": "fp32"}
+    assert aro["rollout"]["agent"]["num_workers"] == 4 and config["trainer"]["save_freq"] == 2
