@@ -102,9 +102,12 @@ verl)
     B=/tmp/runs/verl_backend
     export VERL_USE_EXTERNAL_MODULES=training.verl.plugin  # the suite is on PYTHONPATH, not installed
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-    python3 benchmarks/verl_backend.py --games "$GAMES" --steps "${STEPS:-4}" --gpus "${GPUS:-1}" \
-        --gpu-memory "${VLLM_MEM:-0.3}" --workers "${WORKERS:-8}" --out $B ${BACKENDS:+--backends $BACKENDS} \
-        $([ "${VERL_FP32:-0}" = 1 ] && echo --fp32-actor) || true
+    bench() {  # benchmarks/verl_backend.py with the settings both of its runs share, then what each adds
+        python3 benchmarks/verl_backend.py --games "$GAMES" --steps "${STEPS:-4}" --gpu-memory "${VLLM_MEM:-0.3}" \
+            --workers "${WORKERS:-8}" "$@" || true
+    }
+    bench --gpus "${GPUS:-1}" --out $B ${BACKENDS:+--backends $BACKENDS} \
+        $([ "${VERL_FP32:-0}" = 1 ] && echo --fp32-actor)
     echo "benchmark done $(( $(date +%s) - T0 )) s"
     # the whole kept batch of step 1, the single-device side in float32 on the GPU
     python3 -m training.verl.parity $B/verl --step 1 --device cuda --dtype float32 --json > $B/parity.json \
@@ -115,8 +118,7 @@ verl)
     (cd /tmp/runs && tar czf "$OUT/verl_backend.tgz" --exclude=actor --exclude=batches verl_backend)
     echo "one GPU done $(( $(date +%s) - T0 )) s"
     if [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && [ "${TWO_GPUS:-1}" = 1 ]; then  # verl again on two GPUs
-        python3 benchmarks/verl_backend.py --games "$GAMES" --steps "${STEPS:-4}" --gpus 2 --backends verl \
-            --gpu-memory "${VLLM_MEM:-0.3}" --workers "${WORKERS:-8}" --out $B/two_gpus || true
+        bench --gpus 2 --backends verl --out $B/two_gpus
         python3 -m ocsd.records validate $B/two_gpus/verl 2>&1 | tail -3
         (cd /tmp/runs && tar czf "$OUT/verl_two_gpus.tgz" --exclude=actor --exclude=batches verl_backend/two_gpus)
     fi

@@ -128,8 +128,8 @@ def first_groups(kept: KeptBatch, n: int) -> KeptBatch:
     """The kept batch restricted to its first ``n`` task groups (by group id).
 
     The advantages of a group's rows depend on that group alone (GRPO normalises within a group; the top-rho
-    selection is per trajectory), so the restriction changes none of them; with random selection the draw depends
-    on the whole batch, and the restriction is refused.
+    selection is per trajectory), so the restriction changes none of them. With random selection the draw depends
+    on the whole batch: :func:`main` refuses ``--groups`` for such methods.
 
     Raises
     ------
