@@ -292,3 +292,51 @@ def test_fast_text_generation_changes_nothing(generated, monkeypatch):
     monkeypatch.setattr(textgen, "_parse_and_convert", alfworld_engine._ORIGINALS["parse"])
     monkeypatch.setattr(textgen, "copy_context", alfworld_engine._ORIGINALS["copy_context"])
     assert [trace(s, i) for i, s in enumerate(specs)] == fast
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batch_env_submit_collect_plays_like_step(generated, workers):
+    """Environments stepped one at a time (``submit``/``collect``, in any order and at different paces) give
+    each game the results ``step`` gives; whole-batch calls are refused while actions are out."""
+    _, specs = generated
+    chosen = [specs[0], specs[1], specs[2], specs[0]]
+    plans = [expert_walkthrough(s) for s in chosen]
+    plans[3] = ["jump"] * 6
+    with AlfworldBatchEnv(chosen, max_steps=5, num_workers=0, seed=3) as ref:
+        ref.reset()
+        want = [[] for _ in chosen]
+        for k in range(5):
+            for i, r in enumerate(ref.step([p[k] if k < len(p) else "look" for p in plans])):
+                if r.active:
+                    want[i].append((r.obs, tuple(r.admissible), r.won, r.done, r.feedback_label))
+    with AlfworldBatchEnv(chosen, max_steps=5, num_workers=workers, seed=3) as env:
+        env.reset()
+        got = [[] for _ in chosen]
+        out, held = set(), []
+
+        def send(i):
+            k = len(got[i])
+            env.submit(i, plans[i][k] if k < len(plans[i]) else "look")
+            out.add(i)
+
+        for i in (3, 0, 2, 1):  # submitted out of order
+            send(i)
+        with pytest.raises(RuntimeError, match="not collected yet"):
+            env.step(["look"] * len(chosen))
+        while out:
+            arrived = env.collect()
+            assert arrived
+            for i, r in arrived:
+                out.discard(i)
+                got[i].append((r.obs, tuple(r.admissible), r.won, r.done, r.feedback_label))
+                if not r.done:
+                    held.append(i)
+            for i in list(held):  # game 2 waits until game 1 is two steps in, or nothing else is out
+                if i != 2 or len(got[1]) >= 2 or not out:
+                    held.remove(i)
+                    send(i)
+        assert env.in_flight == 0 and env.collect(block=False) == []
+        assert got == want
+        with pytest.raises(IndexError):
+            env.submit(len(chosen), "look")
+        env.reset()  # whole-batch calls work again once everything is collected

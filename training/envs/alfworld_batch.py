@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import traceback
+from multiprocessing.connection import wait
 from typing import Sequence
 
 from ocsd.environments.alfworld import ALFWORLD
@@ -47,6 +48,10 @@ class _LocalGroup:
     def step(self, actions: Sequence[str]) -> list[StepResult]:
         return [g.step(a) for g, a in zip(self.games, actions)]
 
+    def act(self, local: int, action: str) -> tuple[int, StepResult]:
+        """Step game ``local`` alone; returns ``(local, result)``."""
+        return local, self.games[local].step(action)
+
     def close(self) -> None:
         for g in self.games:
             g.close()
@@ -68,6 +73,8 @@ def _worker(conn, specs: list[GameSpec], max_steps: int) -> None:
                 conn.send(("ok", group.reset()))
             elif cmd == "step":
                 conn.send(("ok", group.step(payload)))
+            elif cmd == "act":  # one game's action, answered alone
+                conn.send(("ok", group.act(*payload)))
             elif cmd == "close":
                 break
     except (EOFError, KeyboardInterrupt):
@@ -138,6 +145,11 @@ class AlfworldBatchEnv:
     ``reset()`` returns one :class:`Observation` per environment; ``step(actions)`` takes one
     action per environment and returns one :class:`StepResult` each. An environment that is
     done ignores further actions and returns an inactive result (``active=False``).
+
+    Environments can also be stepped one at a time without waiting: :meth:`submit` sends one
+    environment's action and :meth:`collect` returns the results that have come back, so the caller
+    works while the workers step (the pipelined rollout, :func:`training.rollout.rollout`). A worker
+    answers its games' actions in the order they were sent.
     """
 
     def __init__(self, specs_per_env: Sequence[GameSpec], *, max_steps: int = ALFWORLD.max_steps,
@@ -156,6 +168,8 @@ class AlfworldBatchEnv:
         self._closed = False
         self._pending = None  # (specs, max_steps, seed) of a reload the workers have not answered yet
         self._fresh = None  # first observations of games the workers loaded and reset
+        self._in_flight: list[int] = []  # per worker: submitted actions not answered yet
+        self._arrived: list[tuple[int, StepResult]] = []  # answered, not collected yet
         if num_workers == 0:
             self._ranges = [range(len(specs))]
             self._groups = [_LocalGroup(specs, self.max_steps)]
@@ -164,6 +178,7 @@ class AlfworldBatchEnv:
             self._ranges = _chunks(len(specs), num_workers)
             self._groups = [_RemoteGroup(ctx, [specs[i] for i in r], self.max_steps)
                             for r in self._ranges]
+            self._in_flight = [0] * len(self._groups)
             try:
                 for g in self._groups:
                     g.recv()
@@ -200,8 +215,7 @@ class AlfworldBatchEnv:
             process does other work (the trainer's update); the next call that needs the workers waits
             for them, and a ``reload`` of the same games, step cap and seed only waits.
         """
-        if self._closed:
-            raise RuntimeError("AlfworldBatchEnv is closed")
+        self._check_idle("reload")
         specs = list(specs_per_env)
         _check_specs(specs)
         if max_steps is not None and max_steps < 1:
@@ -248,9 +262,16 @@ class AlfworldBatchEnv:
             out.extend(g.recv())
         return out
 
-    def _call(self, cmd: str, per_env: list | None = None) -> list:
+    def _check_idle(self, what: str) -> None:
+        """Refuse ``what`` on a closed environment, or while submitted actions are not all collected."""
         if self._closed:
             raise RuntimeError("AlfworldBatchEnv is closed")
+        if self.in_flight or self._arrived:
+            raise RuntimeError(f"AlfworldBatchEnv.{what}: {self.in_flight + len(self._arrived)} submitted "
+                               f"action(s) not collected yet; collect() them first")
+
+    def _call(self, cmd: str, per_env: list | None = None) -> list:
+        self._check_idle(cmd)
         if self._pending is not None:
             self._finish_load()
         if self.num_workers == 0:
@@ -268,6 +289,7 @@ class AlfworldBatchEnv:
         seed : int, optional
             New base seed; environment ``i`` records ``seed + i`` in :attr:`seeds`.
         """
+        self._check_idle("reset")
         if seed is not None:
             self.seed = int(seed)
         self.seeds = [self.seed + i for i in range(len(self.specs))]
@@ -284,6 +306,60 @@ class AlfworldBatchEnv:
         if len(actions) != len(self.specs):
             raise ValueError(f"step() got {len(actions)} actions for {len(self.specs)} environments")
         return self._call("step", actions)
+
+    @property
+    def in_flight(self) -> int:
+        """Submitted actions whose results have not arrived yet."""
+        return sum(self._in_flight)
+
+    def submit(self, index: int, action: str) -> None:
+        """Send environment ``index`` one action without waiting for its result (:meth:`collect`).
+
+        In this process (``num_workers=0``) the action is executed at once. An environment must not
+        be sent a second action before the result of the first is collected.
+        """
+        if self._closed:
+            raise RuntimeError("AlfworldBatchEnv is closed")
+        if not 0 <= index < len(self.specs):
+            raise IndexError(f"submit: environment {index} of {len(self.specs)}")
+        if self._pending is not None:
+            self._finish_load()
+        g = next(k for k, r in enumerate(self._ranges) if index in r)
+        local = index - self._ranges[g].start
+        if self.num_workers == 0:
+            self._arrived.append((index, self._groups[0].act(local, str(action))[1]))
+            return
+        try:
+            self._groups[g].send("act", (local, str(action)))
+        except BaseException:
+            self.close()
+            raise
+        self._in_flight[g] += 1
+
+    def collect(self, block: bool = True) -> list[tuple[int, StepResult]]:
+        """``(index, result)`` of every submitted action answered so far, in no fixed order.
+
+        Parameters
+        ----------
+        block : bool, default True
+            Wait until at least one result is there (when any action is in flight); False returns at
+            once, possibly with nothing.
+        """
+        out, self._arrived = self._arrived, []
+        if self._closed or not self.in_flight:
+            return out
+        waiting = {self._groups[g].conn: g for g, n in enumerate(self._in_flight) if n}
+        try:
+            for conn in wait(list(waiting), timeout=None if block and not out else 0):
+                g = waiting[conn]
+                while self._in_flight[g] and conn.poll():
+                    local, result = self._groups[g].recv()
+                    self._in_flight[g] -= 1
+                    out.append((self._ranges[g][local], result))
+        except BaseException:
+            self.close()
+            raise
+        return out
 
     def close(self) -> None:
         """Stop worker processes and release every engine; safe to call twice."""
