@@ -170,6 +170,10 @@ class TrainConfig:
                                               "activations, KV cache)", 0.3, Range(0, 1, low_open=True))
     vllm_enforce_eager: bool = _doc("run vLLM without CUDA graphs and torch.compile (faster start, slower "
                                     "generation)", False)
+    rollout_pipeline: bool = _doc("with rollout_engine=vllm and env_workers > 0, play episodes pipelined: each "
+                                  "response goes to its environment as soon as it ends and each next prompt to "
+                                  "the engine as soon as its observation is back (false: turn by turn; the "
+                                  "episodes are the same either way)", False)
     # optimisation
     total_steps: int = _doc("training steps", 150, COUNT)
     lr: float = _doc("AdamW learning rate", 1e-6, POSITIVE)

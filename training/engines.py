@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from training.config import ENGINES, engine_problem
-from training.rollout import GenerationSettings, Responder, _trim, generate, stop_ids
+from training.rollout import GenerationSettings, Responder, ResponseStream, _trim, generate, stop_ids
 
 INSTALL_HINT = ("vLLM is not installed here; on a GPU machine without network install it with "
                 "`bash scripts/gpu_stack.sh install PARTS_DIR TARGET` (README, 'Fast rollouts with vLLM'), "
@@ -45,6 +45,10 @@ class RolloutEngine(Protocol):
 
     def responder(self, tokenizer, settings: GenerationSettings, seed: int) -> Responder:
         """``respond(active, prompts) -> response ids`` for one rollout sampled with ``settings``."""
+
+    def stream(self, tokenizer, settings: GenerationSettings, seed: int) -> ResponseStream | None:
+        """A stream of responses for a pipelined rollout, or None where the engine only answers whole
+        batches (the rollout then goes turn by turn with :meth:`responder`)."""
 
     def sync(self, model) -> None:
         """Make the engine sample from ``model``'s current weights."""
@@ -68,6 +72,10 @@ class HFEngine:
         """Seed torch's generator with ``seed`` and sample every turn's prompts with ``generate``."""
         torch.manual_seed(seed)
         return lambda active, prompts: generate(self.model, tokenizer, prompts, settings)
+
+    def stream(self, tokenizer, settings: GenerationSettings, seed: int) -> None:
+        """None: ``generate`` decodes whole batches, so a pipelined rollout would only split them."""
+        return None
 
     def sync(self, model) -> None:
         self.model = model
@@ -209,20 +217,28 @@ class VLLMEngine:
             self.llm.sleep(level=1)
             self.asleep = True
 
-    def responder(self, tokenizer, settings: GenerationSettings, seed: int) -> Responder:
-        """Sample every turn's prompts in one vLLM call (greedy when ``settings.do_sample`` is false).
+    def _sampling(self, tokenizer, settings: GenerationSettings):
+        """vLLM's sampling parameters for ``settings`` (greedy when ``settings.do_sample`` is false), the stop
+        ids and the pad id."""
+        from vllm import SamplingParams
 
-        ``seed`` is not used per request (see the class notes); the engine's own seed applies.
-        """
-        from vllm import SamplingParams, TokensPrompt
-
-        self.wake()
         stops = stop_ids(tokenizer)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
         params = SamplingParams(
             n=1, max_tokens=settings.max_new_tokens, stop_token_ids=stops, detokenize=False,
             temperature=settings.temperature if settings.do_sample else 0.0,
             top_p=settings.top_p if settings.do_sample else 1.0, top_k=0 if settings.do_sample else -1)
+        return params, stops, pad
+
+    def responder(self, tokenizer, settings: GenerationSettings, seed: int) -> Responder:
+        """Sample every turn's prompts in one vLLM call (greedy when ``settings.do_sample`` is false).
+
+        ``seed`` is not used per request (see the class notes); the engine's own seed applies.
+        """
+        from vllm import TokensPrompt
+
+        self.wake()
+        params, stops, pad = self._sampling(tokenizer, settings)
 
         def respond(active: Sequence[int], prompts: Sequence[list[int]]) -> list[list[int]]:
             outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
@@ -230,6 +246,11 @@ class VLLMEngine:
             return [finished_ids(o.outputs[0], stops, pad) for o in outputs]
 
         return respond
+
+    def stream(self, tokenizer, settings: GenerationSettings, seed: int) -> "VLLMStream":
+        """Requests added to the running engine one by one, each response returned as soon as it ends."""
+        self.wake()
+        return VLLMStream(self.llm.llm_engine, *self._sampling(tokenizer, settings))
 
     def close(self) -> None:
         """Shut the engine down and free its GPU memory."""
@@ -244,6 +265,53 @@ class VLLMEngine:
         if getattr(self, "_config_dir", None) is not None:
             self._config_dir.cleanup()
             self._config_dir = None
+
+
+class VLLMStream:
+    """A :class:`~training.rollout.ResponseStream` over vLLM's engine loop (``LLMEngine.add_request`` and
+    ``step``, what ``LLM.generate`` runs): prompts join the running batch whenever they are submitted.
+
+    Parameters
+    ----------
+    engine : vllm.v1.engine.llm_engine.LLMEngine
+    params : vllm.SamplingParams
+        Every request's sampling (only the final output of each is returned).
+    stops : sequence of int
+        Stop token ids (:func:`finished_ids`).
+    pad : int or None
+    """
+
+    def __init__(self, engine, params, stops: Sequence[int], pad: int | None) -> None:
+        from vllm.sampling_params import RequestOutputKind
+
+        self.engine = engine
+        self.params = params.clone()
+        self.params.output_kind = RequestOutputKind.FINAL_ONLY
+        self.stops, self.pad = list(stops), pad
+        self._keys: dict[str, int] = {}
+        self._count = 0
+
+    def submit(self, key: int, prompt: list[int]) -> None:
+        from vllm import TokensPrompt
+
+        request_id = f"ocsd-{self._count}"
+        self._count += 1
+        self._keys[request_id] = key
+        self.engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(prompt)), self.params)
+
+    def pending(self) -> int:
+        return len(self._keys)
+
+    def poll(self) -> list[tuple[int, list[int]]]:
+        """One step of the engine; the responses that finished in it."""
+        return [(self._keys.pop(out.request_id), finished_ids(out.outputs[0], self.stops, self.pad))
+                for out in self.engine.step() if out.finished and out.request_id in self._keys]
+
+    def close(self) -> None:
+        """Abort the requests not returned yet."""
+        if self._keys:
+            self.engine.abort_request(list(self._keys))
+            self._keys = {}
 
 
 def finished_ids(output, stops: Sequence[int], pad: int | None) -> list[int]:

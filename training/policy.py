@@ -282,6 +282,8 @@ class Policy:
                 engine.sync(self.model)
                 self._engine_stale = False
             respond = engine.responder(self.tokenizer, settings, sample_seed)
+            stream = (engine.stream(self.tokenizer, settings, sample_seed)
+                      if cfg.rollout_pipeline and cfg.env_workers > 0 else None)
         env = None
         try:
             with timed(timings, "time/rollout_env"):
@@ -290,7 +292,8 @@ class Policy:
             self._env = env if cfg.env_workers > 0 else None  # worker processes live on for the next rollout
             return rollout(self.model, self.tokenizer, self.renderer, env, tasks, env_name=cfg.env,
                            history_length=cfg.history_length, max_prompt_length=cfg.max_prompt_length,
-                           settings=settings, progress=cfg.progress, desc=desc, respond=respond, timings=timings)
+                           settings=settings, progress=cfg.progress, desc=desc, respond=respond, stream=stream,
+                           timings=timings)
         except BaseException:
             self._env = None  # a worker may be mid-command: never reuse it
             raise

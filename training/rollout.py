@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -180,6 +180,49 @@ def step_prompts(renderer: PromptRenderer, env_name: str, steps: Sequence[tuple[
 Responder = Callable[[list[int], list[list[int]]], list[list[int]]]
 """``respond(active, prompts) -> responses``: token ids answering each prompt of the active environments."""
 
+
+class ResponseStream(Protocol):
+    """Responses generated while the caller does other work (the pipelined rollout).
+
+    ``submit(key, prompt)`` hands over one prompt; ``poll()`` advances generation a little and returns
+    the ``(key, response ids)`` that finished; ``pending()`` counts the prompts not returned yet;
+    ``close()`` drops those (a rollout that stops early leaves nothing behind).
+    """
+
+    def submit(self, key: int, prompt: list[int]) -> None: ...
+
+    def pending(self) -> int: ...
+
+    def poll(self) -> list[tuple[int, list[int]]]: ...
+
+    def close(self) -> None: ...
+
+
+class BatchStream:
+    """A :data:`Responder` as a :class:`ResponseStream`: each ``poll`` answers every prompt submitted since
+    the last one in one ``respond(keys, prompts)`` call."""
+
+    def __init__(self, respond: "Responder") -> None:
+        self.respond = respond
+        self._queue: list[tuple[int, list[int]]] = []
+
+    def submit(self, key: int, prompt: list[int]) -> None:
+        self._queue.append((key, prompt))
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def poll(self) -> list[tuple[int, list[int]]]:
+        queue, self._queue = self._queue, []
+        if not queue:
+            return []
+        keys = [k for k, _ in queue]
+        return list(zip(keys, self.respond(keys, [p for _, p in queue])))
+
+    def close(self) -> None:
+        self._queue = []
+
+
 ROLLOUT_TIMINGS = ("time/rollout_generate", "time/rollout_env", "time/rollout_render")
 """Where a rollout's time goes: sampling responses, stepping the environments (reset included), and
 rendering prompts and parsing responses."""
@@ -196,6 +239,31 @@ def timed(timings: dict[str, float] | None, name: str):
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
 
 
+def _sample(env_name: str, traj: Trajectory, state: tuple[str, list[str]], history: list[tuple[str, str]],
+            shown: int, prompt: list[int], response: list[int], text: str) -> StepSample:
+    """The step ``traj`` takes by answering ``prompt`` with ``response`` (decoded as ``text``)."""
+    parsed = parse_output(env_name, text)
+    action = parsed.action if parsed.action else text.strip()[:200]
+    obs, admissible = state
+    return StepSample(step_idx=len(traj.steps), obs=obs, admissible=admissible, history=history,
+                      history_shown=shown, prompt_ids=prompt, response_ids=response, response_text=text,
+                      action=action, well_formed=parsed.well_formed)
+
+
+def _record(traj: Trajectory, sample: StepSample, res) -> tuple[str, list[str]]:
+    """Add ``sample`` with the environment's answer ``res`` to ``traj``; returns the next (o, admissible)."""
+    sample.obs_next = res.obs
+    sample.feedback_label = res.feedback_label
+    sample.progress_label = res.progress_label
+    sample.operator = res.operator
+    traj.steps.append(sample)
+    traj.won = traj.won or bool(res.won)
+    if res.score is not None:
+        traj.score = float(res.score)
+    traj.done = bool(res.done)
+    return res.obs, list(res.admissible)
+
+
 def rollout(
     model,
     tokenizer,
@@ -210,6 +278,7 @@ def rollout(
     progress: bool = True,
     desc: str = "rollout",
     respond: Responder | None = None,
+    stream: ResponseStream | None = None,
     timings: dict[str, float] | None = None,
 ) -> list[Trajectory]:
     """Play every environment of ``env`` to the end (win, loss or step cap).
@@ -235,8 +304,16 @@ def rollout(
         ``active`` (indices into ``tasks``) instead of sampling from ``model`` (an expert's
         demonstrations, :mod:`training.sft`, or a rollout engine, :mod:`training.engines`); each response
         should end with a stop token.
+    stream : ResponseStream, optional
+        Play the episodes pipelined instead of turn by turn, where ``env`` can step environments one
+        at a time (``submit``/``collect``, :class:`training.envs.alfworld_batch.AlfworldBatchEnv`): each
+        finished response goes to its environment at once, and each environment's next prompt goes to
+        ``stream`` as soon as its answer is back, so generation, environments and rendering overlap.
+        Keyed by environment index; ``respond`` is then not used. Each episode gets the steps it
+        would get turn by turn from a responder that answers each prompt alone.
     timings : dict, optional
-        Seconds added to each key of :data:`ROLLOUT_TIMINGS`.
+        Seconds added to each key of :data:`ROLLOUT_TIMINGS`. Pipelined, ``time/rollout_env`` counts
+        only the waits for environments while nothing is being generated.
     """
     with timed(timings, "time/rollout_env"):
         observations = env.reset()
@@ -244,51 +321,94 @@ def rollout(
              for t, o in zip(tasks, observations)]
     current = [(o.text, list(o.admissible)) for o in observations]
     bar = tqdm(desc=desc, unit="step", disable=not progress, leave=False)
+    try:
+        if stream is not None and hasattr(env, "submit"):
+            _play_pipelined(tokenizer, renderer, env, trajs, current, stream, env_name=env_name,
+                            history_length=history_length, max_prompt_length=max_prompt_length, bar=bar,
+                            timings=timings)
+        else:
+            _play_turns(model, tokenizer, renderer, env, trajs, current, env_name=env_name,
+                        history_length=history_length, max_prompt_length=max_prompt_length, settings=settings,
+                        respond=respond, bar=bar, timings=timings)
+    finally:
+        bar.close()
+        if stream is not None:
+            stream.close()
+    return trajs
+
+
+def _prompts(renderer, env_name, trajs, current, indices, *, history_length, max_prompt_length):
+    """Histories, prompt ids and shown-history counts of the environments ``indices``."""
+    histories = [[(s.obs, s.action) for s in trajs[i].steps] for i in indices]
+    fitted = step_prompts(renderer, env_name, [(trajs[i].task, history, *current[i])
+                                               for i, history in zip(indices, histories)],
+                          history_length=history_length, max_prompt_length=max_prompt_length)
+    return histories, [ids for ids, _ in fitted], [h for _, h in fitted]
+
+
+def _play_turns(model, tokenizer, renderer, env, trajs, current, *, env_name, history_length, max_prompt_length,
+                settings, respond, bar, timings) -> None:
+    """Every active environment acts once a turn: render all, generate all, step all."""
     while True:
         active = [i for i, t in enumerate(trajs) if not t.done]
         if not active:
             break
         with timed(timings, "time/rollout_render"):
-            histories = [[(s.obs, s.action) for s in trajs[i].steps] for i in active]
-            fitted = step_prompts(renderer, env_name, [(trajs[i].task, history, *current[i])
-                                                       for i, history in zip(active, histories)],
-                                  history_length=history_length, max_prompt_length=max_prompt_length)
-            prompts, shown = [ids for ids, _ in fitted], [h for _, h in fitted]
+            histories, prompts, shown = _prompts(renderer, env_name, trajs, current, active,
+                                                 history_length=history_length, max_prompt_length=max_prompt_length)
         with timed(timings, "time/rollout_generate"):
             if respond is None:
                 responses = generate(model, tokenizer, prompts, settings)
             else:
                 responses = respond(active, prompts)
-        actions, samples = [], {}
         with timed(timings, "time/rollout_render"):
             texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
-            for j, i in enumerate(active):
-                text = texts[j]
-                parsed = parse_output(env_name, text)
-                action = parsed.action if parsed.action else text.strip()[:200]
-                traj, (obs, admissible) = trajs[i], current[i]
-                samples[i] = StepSample(
-                    step_idx=len(traj.steps), obs=obs, admissible=admissible,
-                    history=histories[j], history_shown=shown[j], prompt_ids=prompts[j],
-                    response_ids=responses[j], response_text=text, action=action, well_formed=parsed.well_formed)
-                actions.append(action)
+            samples = {i: _sample(env_name, trajs[i], current[i], histories[j], shown[j], prompts[j], responses[j],
+                                  texts[j]) for j, i in enumerate(active)}
         full_actions = [""] * len(trajs)
-        for j, i in enumerate(active):
-            full_actions[i] = actions[j]
+        for i in active:
+            full_actions[i] = samples[i].action
         with timed(timings, "time/rollout_env"):
             results = env.step(full_actions)
         for i in active:
-            res, sample, traj = results[i], samples[i], trajs[i]
-            sample.obs_next = res.obs
-            sample.feedback_label = res.feedback_label
-            sample.progress_label = res.progress_label
-            sample.operator = res.operator
-            traj.steps.append(sample)
-            traj.won = traj.won or bool(res.won)
-            if res.score is not None:
-                traj.score = float(res.score)
-            traj.done = bool(res.done)
-            current[i] = (res.obs, list(res.admissible))
+            current[i] = _record(trajs[i], samples[i], results[i])
         bar.update(len(active))
-    bar.close()
-    return trajs
+
+
+def _play_pipelined(tokenizer, renderer, env, trajs, current, stream: ResponseStream, *, env_name, history_length,
+                    max_prompt_length, bar, timings) -> None:
+    """Each environment on its own: its prompt goes to ``stream``, its response to ``env`` at once."""
+    ready = [i for i, t in enumerate(trajs) if not t.done]  # environments waiting for a prompt
+    asked: dict[int, tuple] = {}  # environment -> (history, shown, prompt) of its prompt in the stream
+    acting: dict[int, StepSample] = {}  # environment -> the step whose action it is playing
+    while ready or asked or acting:
+        if ready:
+            with timed(timings, "time/rollout_render"):
+                histories, prompts, shown = _prompts(renderer, env_name, trajs, current, ready,
+                                                     history_length=history_length,
+                                                     max_prompt_length=max_prompt_length)
+            for i, history, prompt, h in zip(ready, histories, prompts, shown):
+                asked[i] = (history, h, prompt)
+                stream.submit(i, prompt)
+            ready = []
+        if stream.pending():
+            with timed(timings, "time/rollout_generate"):
+                finished = stream.poll()
+            if finished:
+                with timed(timings, "time/rollout_render"):
+                    texts = tokenizer.batch_decode([r for _, r in finished], skip_special_tokens=True)
+                    for (i, response), text in zip(finished, texts):
+                        history, h, prompt = asked.pop(i)
+                        acting[i] = _sample(env_name, trajs[i], current[i], history, h, prompt, list(response),
+                                            text)
+                with timed(timings, "time/rollout_env"):
+                    for i, _ in finished:
+                        env.submit(i, acting[i].action)
+        if acting:
+            with timed(timings, "time/rollout_env"):
+                results = env.collect(block=not stream.pending() and not ready)
+            for i, res in results:
+                current[i] = _record(trajs[i], acting.pop(i), res)
+                if not trajs[i].done:
+                    ready.append(i)
+            bar.update(len(results))

@@ -60,7 +60,8 @@ REQUIRED_TIMINGS = ("time/rollout", "time/old_logprob", "time/ref_logprob", "tim
 RESUMABLE_CHANGES = frozenset({"total_steps", "progress", "resume", "overwrite", "run_dir", "games_dir", "save_freq",
                                "test_freq", "val_tasks", "env_workers", "scoring_token_budget", "micro_batch_tokens",
                                "generation_batch", "device", "save_weights", "rollout_engine",
-                               "vllm_gpu_memory_utilization", "vllm_enforce_eager"})
+                               "vllm_gpu_memory_utilization", "vllm_enforce_eager",
+                               "rollout_pipeline"})
 STATE_FILE = "trainer_state.pt"
 
 

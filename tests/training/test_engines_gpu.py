@@ -112,6 +112,36 @@ def test_greedy_generation_matches_generate(policy, engine):
     assert equal >= len(prompts) // 2
 
 
+def test_stream_answers_like_the_responder(policy, engine):
+    """Prompts submitted to the engine's stream at different times (half of them after the others started)
+    come back under their keys with the responder's greedy responses, parting only at near ties."""
+    tokenizer, model, _ = policy
+    prompts = _prompts(tokenizer)
+    settings = GenerationSettings(max_new_tokens=48, do_sample=False, batch=len(prompts))
+    want = engine.responder(tokenizer, settings, seed=0)(list(range(len(prompts))), prompts)
+    stream = engine.stream(tokenizer, settings, seed=0)
+    half = len(prompts) // 2
+    for i in range(half):
+        stream.submit(i, prompts[i])
+    got, polls = {}, 0
+    while stream.pending():
+        for key, response in stream.poll():
+            assert key not in got
+            got[key] = response
+        polls += 1
+        if polls == 5:
+            for i in range(half, len(prompts)):
+                stream.submit(i, prompts[i])
+    assert sorted(got) == list(range(len(prompts))) and polls > 5
+    equal, hard = _greedy_agreement(model, prompts, want, [got[i] for i in range(len(prompts))])
+    print(f"stream against responder: {equal}/{len(prompts)} identical")
+    assert hard == [] and equal >= half
+    stream.submit(0, prompts[0])
+    stream.close()  # aborts what is left: the next call starts clean
+    assert stream.pending() == 0
+    assert engine.responder(tokenizer, settings, seed=0)([0], prompts[:1]) == want[:1]
+
+
 def test_pushed_weights_change_vllm_as_they_change_the_trainer(policy, engine):
     """After an update of the LoRA weights (pushed in memory, engine asleep in between), vLLM's greedy
     responses follow the new weights as the trainer's ``generate`` does."""
@@ -163,10 +193,11 @@ def test_sampling_follows_temperature(policy, engine):
     assert len({tuple(r) for r in out}) > 1
 
 
-@pytest.mark.parametrize("engine_name", ["hf", "vllm"])
-def test_one_ocsd_step_with_each_engine(tmp_path, engine_name):
+@pytest.mark.parametrize("engine_name, pipeline", [("hf", False), ("vllm", False), ("vllm", True)])
+def test_one_ocsd_step_with_each_engine(tmp_path, engine_name, pipeline):
     """Two OCSD training steps with each engine through ``python -m training.train`` (a process of its own:
-    one vLLM engine per process): rollout, replay scoring, update, weights pushed, validation."""
+    one vLLM engine per process): rollout, replay scoring, update, weights pushed, validation; with vLLM
+    turn by turn and pipelined (environment workers)."""
     for name in ("alfworld", "fast_downward"):
         if importlib.util.find_spec(name) is None:
             pytest.skip("needs the ALFWorld engine (pip install -e .[envs])")
@@ -184,7 +215,7 @@ def test_one_ocsd_step_with_each_engine(tmp_path, engine_name):
                     n_train_games=2, n_val_games=1, batch_size=2, group_size=2, max_steps=3, max_response_length=16,
                     max_prompt_length=1024, history_length=1, total_steps=2, save_freq=2, test_freq=2, val_tasks=1,
                     lora_rank=8, rollout_engine=engine_name, vllm_gpu_memory_utilization=0.2, vllm_enforce_eager=True,
-                    progress=False, run_dir=str(run))
+                    rollout_pipeline=pipeline, env_workers=2 if pipeline else 0, progress=False, run_dir=str(run))
     done = subprocess.run([sys.executable, "-m", "training.train", *(f"{k}={v}" for k, v in settings.items())],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
