@@ -38,6 +38,32 @@ def random_model(folder: Path) -> str:
     return str(folder)
 
 
+def add_rollout_settings(p: argparse.ArgumentParser, *, workers: int) -> None:
+    """The rollout settings the benchmarks share (the issue's measuring setting by default): tasks, rollouts,
+    episode length, response length, environment workers, training games and vLLM's share of GPU memory."""
+    p.add_argument("--batch", type=int, default=16, help="tasks per step")
+    p.add_argument("--group", type=int, default=8, help="rollouts per task")
+    p.add_argument("--max-steps", type=int, default=15, help="interaction steps per episode")
+    p.add_argument("--response", type=int, default=256, help="max new tokens per response")
+    p.add_argument("--workers", type=int, default=workers, help="environment worker processes")
+    p.add_argument("--train-games", type=int, default=24)
+    p.add_argument("--gpu-memory", type=float, default=0.3, help="vllm_gpu_memory_utilization")
+
+
+def prepare(args, hint: str = "") -> tuple[Path, str, str] | None:
+    """The output folder (created), the model folder (``--model`` or a random SmolLM2 saved there) and the
+    card's name; None, after saying so, when ``--device`` is CUDA and there is none."""
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"error: needs a CUDA device{hint}", file=sys.stderr)
+        return None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = args.model or random_model(out / "smollm2_random")
+    return out, model, torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU"
+
+
 def run_engine(engine: str, args, model: str) -> dict:
     """Train ``args.steps`` OCSD steps with ``engine``; returns the metrics rows and the start-up time."""
     from ocsd.records import read_metrics
@@ -100,27 +126,16 @@ def main(argv=None) -> int:
     p.add_argument("--model", help="Hugging Face model folder (default: SmolLM2-135M architecture, random weights)")
     p.add_argument("--engines", default="hf,vllm")
     p.add_argument("--steps", type=int, default=3, help="training steps per engine (the first is a warm-up)")
-    p.add_argument("--batch", type=int, default=16, help="tasks per step")
-    p.add_argument("--group", type=int, default=8, help="rollouts per task")
-    p.add_argument("--max-steps", type=int, default=15, help="interaction steps per episode")
-    p.add_argument("--response", type=int, default=256, help="max new tokens per response")
-    p.add_argument("--workers", type=int, default=8, help="environment worker processes")
-    p.add_argument("--train-games", type=int, default=24)
-    p.add_argument("--gpu-memory", type=float, default=0.3, help="vllm_gpu_memory_utilization")
+    add_rollout_settings(p, workers=8)
     p.add_argument("--out", default="rollout_engines_out")
     p.add_argument("--device", default="cuda", help="cuda (cpu only to try the script with --engines hf)")
     p.add_argument("--with", dest="earlier", help="rollout_engines.json of an earlier call on the same machine "
                                                   "(e.g. the other engine, when one call cannot hold both)")
     args = p.parse_args(argv)
-    import torch
-
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("error: needs a CUDA device", file=sys.stderr)
+    prepared = prepare(args)
+    if prepared is None:
         return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model = args.model or random_model(out / "smollm2_random")
-    card = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU"
+    out, model, card = prepared
     results = {}
     if args.earlier:
         earlier = json.loads(Path(args.earlier).read_text())
