@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 from typing import Any, Sequence
 
 import numpy as np
@@ -289,15 +290,31 @@ class PromptRenderer:
         all_parts = [self._parts(p) for p in pieces_list]
         if not all_parts:
             return []
-        enc = self.tokenizer(["".join(t for _, t in parts) for parts in all_parts], add_special_tokens=False,
-                             return_offsets_mapping=True)
+        encoded = self.encode_many(["".join(t for _, t in parts) for parts in all_parts], offsets=True)
         out = []
-        for i, (parts, ids, offsets) in enumerate(zip(all_parts, enc["input_ids"], enc["offset_mapping"])):
+        for i, (parts, (ids, offsets)) in enumerate(zip(all_parts, encoded)):
             try:
                 out.append(self._group(parts, ids, offsets))
             except SegmentationError as err:
                 raise SegmentationError(f"prompt {i}: {err}") from None
         return out
+
+    def encode_many(self, texts: Sequence[str], *, offsets: bool = False, direct: bool = True) -> list:
+        """Token ids of many texts without added special tokens, in one batched (parallel) call; with
+        ``offsets``, ``(ids, character offsets)`` pairs.
+
+        A fast tokenizer whose backend has no padding or truncation set is called directly (its
+        ``encode_batch``: the same ids and offsets, without the per-text dictionaries Hugging Face's
+        ``__call__`` builds); any other tokenizer, or any with ``direct=False``, through ``__call__``.
+        """
+        backend = getattr(self.tokenizer, "backend_tokenizer", None) if direct else None
+        if backend is not None and backend.padding is None and backend.truncation is None:
+            encodings = backend.encode_batch(list(texts), add_special_tokens=False)
+            return [(e.ids, e.offsets) for e in encodings] if offsets else [e.ids for e in encodings]
+        enc = self.tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=offsets)
+        if offsets:
+            return [(_as_ids(ids), offs) for ids, offs in zip(enc["input_ids"], enc["offset_mapping"])]
+        return [_as_ids(ids) for ids in enc["input_ids"]]
 
     def _parts(self, pieces: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
         return [("chat", self.prefix_text)] + [(str(k), str(t)) for k, t in pieces] + [("chat", self.suffix_text)]
@@ -312,7 +329,7 @@ class PromptRenderer:
     def _group(self, parts: list[tuple[str, str]], ids: Sequence[int], offsets) -> tuple[Segment, ...]:
         """Assign tokens to the parts their first character falls in (vectorised over tokens)."""
         bounds = np.cumsum([0] + [len(t) for _, t in parts])
-        offs = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+        offs = np.fromiter(chain.from_iterable(offsets), dtype=np.int64, count=2 * len(offsets)).reshape(-1, 2)
         part = np.minimum(np.searchsorted(bounds, offs[:, 0], side="right") - 1, len(parts) - 1)
         crossing = np.flatnonzero(offs[:, 1] > bounds[part + 1])
         if len(crossing):
@@ -345,11 +362,10 @@ class PromptRenderer:
             return []
         if self.segment_mode == "joint":
             texts = [self.chat_text(t) if self.use_chat_template else t for t in user_texts]
-            encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
             prefix = list(self.prefix_ids) if not self.use_chat_template else []
-            return [prefix + _as_ids(ids) for ids in encoded]
-        encoded = self.tokenizer(list(user_texts), add_special_tokens=False)["input_ids"]
-        return [list(self.prefix_ids) + (_as_ids(ids) if text else []) + list(self.suffix_ids)
+            return [prefix + list(ids) for ids in self.encode_many(texts)]
+        encoded = self.encode_many(list(user_texts))
+        return [list(self.prefix_ids) + (list(ids) if text else []) + list(self.suffix_ids)
                 for text, ids in zip(user_texts, encoded)]
 
     def canonical_ids(self, user_text: str) -> list[int]:

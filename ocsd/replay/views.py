@@ -67,8 +67,7 @@ or ``module:Class``) in an ``ablated_twin`` attribute; ``python -m diagnostics.a
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Callable, Protocol, Sequence, runtime_checkable
 
 from ocsd.environments import get_environment
 from ocsd.imports import import_reference

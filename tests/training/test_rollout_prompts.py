@@ -50,3 +50,25 @@ def test_render_ids_many_equals_render_ids(renderer, options):
     r = PromptRenderer(renderer.tokenizer, **options)
     assert r.render_ids_many(texts) == [r.render_ids(t) for t in texts]
     assert r.render_ids_many([]) == []
+
+
+@pytest.mark.parametrize("padded, direct", [(False, True), (True, True), (False, False)])
+def test_encode_many_equals_the_tokenizer_call(renderer, padded, direct):
+    """Batched encoding, direct through the fast backend or (when the backend has padding set, or with
+    ``direct=False``) through the tokenizer's call, gives the ids and character offsets of Hugging Face's
+    call on each text alone."""
+    import copy
+
+    rng = np.random.default_rng(7)
+    texts = ["", "<|im_end|> special inside", "ünïcödé — dash", "\n\n  spaces  \t tabs"]
+    texts += [_text(rng, int(rng.integers(1, 60))) for _ in range(20)]
+    tokenizer = copy.deepcopy(renderer.tokenizer)
+    if padded:
+        tokenizer.backend_tokenizer.enable_padding(length=64)
+    r = PromptRenderer(tokenizer)
+    reference = copy.deepcopy(renderer.tokenizer)
+    want = [reference(t, add_special_tokens=False, return_offsets_mapping=True) for t in texts]
+    assert r.encode_many(texts, direct=direct) == [list(w["input_ids"]) for w in want]
+    got = r.encode_many(texts, offsets=True, direct=direct)
+    assert [list(ids) for ids, _ in got] == [list(w["input_ids"]) for w in want]
+    assert [[tuple(o) for o in offs] for _, offs in got] == [[tuple(o) for o in w["offset_mapping"]] for w in want]
