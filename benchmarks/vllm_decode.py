@@ -44,15 +44,16 @@ def _pack(weights: dict) -> dict:
             for k, v in weights.items()}
 
 
-def _push(worker, packed) -> None:
-    """Run in vLLM's worker: load the weights of :func:`_pack` into the model."""
+def _push(worker, weights) -> None:
+    """Run in vLLM's worker: load ``{name: tensor}``, or the same packed by :func:`_pack`, into the model
+    (:func:`training.engines._load_weights`, what the trainer's engine runs)."""
     import torch
 
-    runner = worker.model_runner
-    model = runner.get_model() if hasattr(runner, "get_model") else runner.model
-    tensors = [(k, torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(getattr(torch, dtype)).reshape(shape))
-               for k, (raw, shape, dtype) in packed.items()]
-    model.load_weights(weights=tensors)
+    from training.engines import _load_weights
+
+    _load_weights(worker, {k: v if isinstance(v, torch.Tensor) else
+                           torch.frombuffer(bytearray(v[0]), dtype=torch.uint8).view(getattr(torch, v[2])).reshape(v[1])
+                           for k, v in weights.items()})
 
 
 def prompts(n: int, length: int, seed: int) -> list[list[int]]:
@@ -79,8 +80,13 @@ def child(args) -> dict:
               enable_sleep_mode=True, seed=0)
     out: dict = {"start_s": time.perf_counter() - t0}
     weights = {k: v.detach().cpu() for k, v in model.named_parameters()}
+    in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+
+    def send(tensors: dict) -> None:  # tensors as they are into the trainer's process, as bytes to another
+        llm.collective_rpc(_push, kwargs={"weights": tensors if in_process else _pack(tensors)})
+
     t0 = time.perf_counter()
-    llm.collective_rpc(_push, kwargs={"packed": _pack(weights)})
+    send(weights)
     out["push_s"] = time.perf_counter() - t0
     sample = SamplingParams(n=1, max_tokens=args.new_tokens, ignore_eos=True, detokenize=False, temperature=1.0,
                             top_p=1.0)
@@ -102,10 +108,10 @@ def child(args) -> dict:
     probe = prompts(8, 200, 7)
     before = [o.outputs[0].token_ids for o in run(probe, greedy)[1]]
     changed = {k: (v * 1.5 if v.ndim >= 2 else v) for k, v in weights.items()}
-    llm.collective_rpc(_push, kwargs={"packed": _pack(changed)})
+    send(changed)
     llm.reset_prefix_cache()
     after = [o.outputs[0].token_ids for o in run(probe, greedy)[1]]
-    llm.collective_rpc(_push, kwargs={"packed": _pack(weights)})
+    send(weights)
     llm.reset_prefix_cache()
     back = [o.outputs[0].token_ids for o in run(probe, greedy)[1]]
     out["push_changes_output"] = [list(a) for a in after] != [list(b) for b in before]

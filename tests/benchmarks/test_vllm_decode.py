@@ -42,6 +42,9 @@ def test_packed_weights_load_bit_for_bit(bench):
         got = model.loaded[name]
         assert got.dtype == tensor.dtype and got.shape == tensor.shape
         assert torch.equal(got, tensor)
+    plain = _Model()  # tensors handed over as they are (the engine in the trainer's process)
+    bench._push(types.SimpleNamespace(model_runner=types.SimpleNamespace(get_model=lambda: plain)), weights)
+    assert all(plain.loaded[name] is tensor for name, tensor in weights.items())
 
 
 def test_prompts_are_seeded_and_sized(bench):
