@@ -57,12 +57,23 @@ def _read(path: str) -> dict:
     return result
 
 
+def _labels(a: str, b: str) -> tuple[str, str]:
+    """Column names of the two evaluations: the nearest folders of their paths whose names differ
+    (``ocsd_s3`` and ``grpo_s3`` for ``ocsd_s3/global_step_10/eval.json`` against ``grpo_s3/global_step_10/...``);
+    A and B when no folder tells them apart."""
+    for x, y in zip(Path(a).resolve().parents, Path(b).resolve().parents):
+        if x.name != y.name:
+            return x.name or "A", y.name or "B"
+    return "A", "B"
+
+
 def _table(result: dict, names: tuple[str, str]) -> str:
-    lines = [f"{'tasks':<10} {'n':>4} {names[0][:14]:>14} {names[1][:14]:>14} {'A - B':>8}  "
+    w = max(8, *map(len, names))
+    lines = [f"{'tasks':<10} {'n':>4} {names[0]:>{w}} {names[1]:>{w}} {'A - B':>8}  "
              f"{int(100 * result['ci_level'])}% interval"]
     for name, row in [("overall", result["overall"]), *result["per_type"].items()]:
-        lines.append(f"{name:<10} {row['n_tasks']:>4} {100 * row['a']:>13.1f}% {100 * row['b']:>13.1f}% "
-                     f"{100 * row['difference']:>+7.1f}  [{100 * row['ci_low']:+.1f}, {100 * row['ci_high']:+.1f}]")
+        lines.append(f"{name:<10} {row['n_tasks']:>4} {100 * row['a']:>{w - 1}.1f}% {100 * row['b']:>{w - 1}.1f}% "
+                     f"{100 * row['difference']:>+8.1f}  [{100 * row['ci_low']:+.1f}, {100 * row['ci_high']:+.1f}]")
     return "\n".join(lines)
 
 
@@ -82,8 +93,7 @@ def _main(argv: Sequence[str] | None) -> int:
         result = compare(a, b, n_boot=args.n_boot, level=args.ci, seed=args.seed)
     except ValueError as err:
         raise UsageError(f"{args.a} vs {args.b}: {err}") from None
-    print(json.dumps(result) if args.json else _table(result, (Path(args.a).parent.name or "A",
-                                                               Path(args.b).parent.name or "B")))
+    print(json.dumps(result) if args.json else _table(result, _labels(args.a, args.b)))
     return 0
 
 

@@ -96,3 +96,17 @@ def test_command_prints_a_table_and_json(pair, tmp_path, capsys):
     assert main([str(tmp_path / "ocsd" / "eval.json"), str(tmp_path / "grpo" / "eval.json"), "--json",
                  "--n-boot", "300"]) == 0
     assert json.loads(capsys.readouterr().out)["overall"]["n_tasks"] == 60
+
+
+def test_table_names_the_runs_of_checkpoint_evaluations(pair, tmp_path, capsys):
+    """Evaluations stored as RUN/global_step_N/eval.json are named by their runs, the folders that differ."""
+    paths = []
+    for run, ev in zip(("ocsd_seed3", "grpo_seed3"), pair):
+        (tmp_path / run / "global_step_10").mkdir(parents=True)
+        paths.append(tmp_path / run / "global_step_10" / "eval.json")
+        paths[-1].write_text(json.dumps(ev))
+    assert main([str(paths[0]), str(paths[1]), "--n-boot", "200"]) == 0
+    header = capsys.readouterr().out.splitlines()[0].split()
+    assert header[2:4] == ["ocsd_seed3", "grpo_seed3"]
+    assert main([str(paths[0]), str(paths[0]), "--n-boot", "200"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split()[2:4] == ["A", "B"]
