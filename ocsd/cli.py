@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -139,13 +140,17 @@ def run_main(body: Callable[[Sequence[str] | None], int], argv: Sequence[str] | 
              errors: tuple[type[BaseException], ...] = (), prog: str | None = None) -> int:
     """Run a command body: :class:`UsageError`, the record errors, missing files and ``errors`` exit 2
     with ``error: ...``; :class:`SkipCommand` exits 1 with ``<prog>: skipped: ...``. Warnings are printed
-    as one line each, ``warning: ...``."""
+    as one line each, ``warning: ...``. Output piped into a reader that stops early (``| head``) ends the
+    command quietly with status 141, as for other Unix tools."""
     from ocsd.records import RecordError
 
     warnings.simplefilter("default")
     warnings.formatwarning = _warning_line
     try:
         return body(argv)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 141
     except SkipCommand as exc:
         sys.stderr.write(f"{prog + ': ' if prog else ''}skipped: {exc}\n")
         return 1

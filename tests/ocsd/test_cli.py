@@ -96,3 +96,22 @@ def test_run_main_prints_warnings_as_one_line():
     assert run_main(lambda argv: 0, []) == 0
     assert warnings.formatwarning("few steps in run/global_step_1", UserWarning, "x.py", 3) == \
         "warning: few steps in run/global_step_1\n"
+
+
+def test_output_into_a_reader_that_stops_early_ends_quietly():
+    """A command whose reader closes the pipe (``| head -1``) exits 141 without a traceback."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from ocsd.cli import run_main\n"
+            "def body(argv):\n"
+            "    for i in range(200000):\n"
+            "        print('line', i)\n"
+            "    return 0\n"
+            "sys.exit(run_main(body, []))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert proc.stdout.readline() == b"line 0\n"
+    proc.stdout.close()  # the reader stops
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and "Traceback" not in err and "BrokenPipe" not in err
