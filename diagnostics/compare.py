@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -59,11 +60,14 @@ def _read(path: str) -> dict:
 
 def _labels(a: str, b: str) -> tuple[str, str]:
     """Column names of the two evaluations: the nearest folders of their paths whose names differ
-    (``ocsd_s3`` and ``grpo_s3`` for ``ocsd_s3/global_step_10/eval.json`` against ``grpo_s3/global_step_10/...``);
-    A and B when no folder tells them apart."""
+    (``ocsd_s3`` and ``grpo_s3`` for ``ocsd_s3/global_step_10/eval.json`` against ``grpo_s3/global_step_10/...``),
+    a checkpoint folder named with its run (``ocsd_s3/global_step_10``); A and B when no folder tells them apart."""
+    def name(folder: Path) -> str:
+        return f"{folder.parent.name}/{folder.name}" if re.fullmatch(r"global_step_\d+", folder.name) else folder.name
+
     for x, y in zip(Path(a).resolve().parents, Path(b).resolve().parents):
         if x.name != y.name:
-            return x.name or "A", y.name or "B"
+            return name(x) or "A", name(y) or "B"
     return "A", "B"
 
 

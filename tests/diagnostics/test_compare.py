@@ -110,3 +110,7 @@ def test_table_names_the_runs_of_checkpoint_evaluations(pair, tmp_path, capsys):
     assert header[2:4] == ["ocsd_seed3", "grpo_seed3"]
     assert main([str(paths[0]), str(paths[0]), "--n-boot", "200"]) == 0
     assert capsys.readouterr().out.splitlines()[0].split()[2:4] == ["A", "B"]
+    (tmp_path / "warm_start").mkdir()
+    (tmp_path / "warm_start" / "eval.json").write_text(paths[1].read_text())
+    assert main([str(paths[0]), str(tmp_path / "warm_start" / "eval.json"), "--n-boot", "200"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split()[2:4] == ["ocsd_seed3/global_step_10", "warm_start"]
