@@ -7,7 +7,7 @@ engine's running batch as soon as its observation is back. This script plays the
 (the same games and environment seeds) both ways with one engine and one set of environment workers, in
 alternating order, and prints rollout new tokens per second and where the time went.
 
-    python benchmarks/rollout_pipeline.py --games DIR [--model DIR] [--rounds 3] [--workers 12]
+    python benchmarks/rollout_pipeline.py --games DIR [--model DIR] [--warm-start DIR] [--rounds 3] [--workers 12]
 
 The first round warms up (engine graphs, environment workers, game loading) and is reported apart. Needs CUDA,
 vLLM (``scripts/gpu_stack.sh``) and the ALFWorld engine; ``--engine hf --device cpu`` only tries the script
@@ -33,19 +33,25 @@ from rollout_engines import ROLLOUT_PARTS, add_rollout_settings, prepare  # noqa
 MODES = ("turns", "pipelined")
 
 
+def policy_settings(args, model: str) -> dict:
+    """The training settings of the benchmark's policy (``model``, ``--warm-start`` on top of it)."""
+    return dict(
+        run_name="bench_pipeline", run_dir=str(Path(args.out) / "run"), overwrite=True, model=model,
+        warm_start=args.warm_start, device=args.device,
+        dtype="bfloat16" if args.device.startswith("cuda") else "float32", data="generated", games_dir=args.games,
+        n_train_games=args.train_games, n_val_games=1, batch_size=args.batch, group_size=args.group,
+        max_steps=args.max_steps, max_response_length=args.response, history_length=2, env_workers=args.workers,
+        generation_batch=args.batch * args.group, lora_rank=0, rollout_engine=args.engine,
+        vllm_gpu_memory_utilization=args.gpu_memory, progress=False, seed=args.seed)
+
+
 def build_policy(args, model: str):
     """The trainer's policy (model, rollout engine, task source) for the benchmark's settings."""
     from ocsd.environments import get_environment
     from training.config import make_config
     from training.policy import Policy
 
-    cfg = make_config(dict(
-        run_name="bench_pipeline", run_dir=str(Path(args.out) / "run"), overwrite=True, model=model,
-        device=args.device, dtype="bfloat16" if args.device.startswith("cuda") else "float32", data="generated",
-        games_dir=args.games, n_train_games=args.train_games, n_val_games=1, batch_size=args.batch,
-        group_size=args.group, max_steps=args.max_steps, max_response_length=args.response, history_length=2,
-        env_workers=args.workers, generation_batch=args.batch * args.group, lora_rank=0, rollout_engine=args.engine,
-        vllm_gpu_memory_utilization=args.gpu_memory, progress=False, seed=args.seed))
+    cfg = make_config(policy_settings(args, model))
     games = get_environment(cfg.env).load_runtime().task_source(cfg)
     return Policy(cfg, games)
 
@@ -98,10 +104,14 @@ def table(summary: dict, warmup: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The benchmark's flags, checked (exits 2 naming a bad one)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--games", required=True, help="folder of generated ALFWorld games (created when missing)")
-    p.add_argument("--model", help="Hugging Face model folder (default: SmolLM2-135M architecture, random weights)")
+    p.add_argument("--model", help="Hugging Face model folder or 'smollm2' (default: SmolLM2-135M architecture, "
+                                   "random weights, whose responses all run to --response tokens)")
+    p.add_argument("--warm-start", help="warm start on top of --model (e.g. training/warm_starts/smollm2-alfworld "
+                                        "with --model smollm2: a policy that acts, with responses of varying length)")
     p.add_argument("--engine", default="vllm", help="rollout engine: vllm (hf only tries the script)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of both modes (the first is a warm-up)")
     add_rollout_settings(p, workers=12)
@@ -113,6 +123,11 @@ def main(argv=None) -> int:
         p.error(f"--rounds must be >= 2 (the first is a warm-up), got {args.rounds}")
     if args.workers < 1:
         p.error(f"--workers must be >= 1 (pipelined episodes need environment workers), got {args.workers}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     prepared = prepare(args, " (--device cpu --engine hf only tries the script)")
     if prepared is None:
         return 2
@@ -136,7 +151,8 @@ def main(argv=None) -> int:
         {"card": card, "args": vars(args), "engine_start_s": start_s, "rows": rows, "summary": summary}, indent=1))
     print(f"\n{card}; {args.engine}; {args.batch} x {args.group} episodes of at most {args.max_steps} steps, "
           f"responses up to {args.response} tokens, {args.workers} environment workers; "
-          f"{'random SmolLM2-135M weights' if not args.model else args.model}; engine start-up {start_s:.1f} s; "
+          f"{'random SmolLM2-135M weights' if not args.model else args.model}"
+          f"{f' with warm start {args.warm_start}' if args.warm_start else ''}; engine start-up {start_s:.1f} s; "
           f"means of rounds 1-{args.rounds - 1}\n")
     print(table(summary, [row for row in rows if row["round"] == 0]))
     return 0

@@ -48,3 +48,16 @@ def test_bad_flags_are_named(bench, capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
         bench.main(["--games", "/nonexistent", *argv])
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_warm_start_reaches_the_policy_config(bench, tmp_path):
+    """--model smollm2 --warm-start DIR: the trainer's config checks and keeps both (a policy that acts)."""
+    from training.config import make_config
+
+    warm = Path(__file__).resolve().parents[2] / "training" / "warm_starts" / "smollm2-alfworld"
+    args = bench.parse_args(["--games", str(tmp_path / "games"), "--model", "smollm2", "--warm-start", str(warm),
+                             "--device", "cpu", "--engine", "hf", "--out", str(tmp_path / "out")])
+    cfg = make_config(bench.policy_settings(args, "smollm2"))
+    assert cfg.model == "smollm2" and Path(cfg.warm_start) == warm and cfg.rollout_engine == "hf"
+    assert make_config(bench.policy_settings(bench.parse_args(["--games", "g", "--device", "cpu", "--engine", "hf"]),
+                                             "smollm2")).warm_start is None
