@@ -13,6 +13,9 @@
 #                           python -m training.envs.alfworld generate --out GAMES --n 2 --seed 2027 --split valid
 #            $EVAL_DATA     (optional) a folder with json_2.1.1/valid_seen, the ALFWorld release's valid_seen games
 #   there: bash results/run_on_gpu.sh unpack DIR      checks and unpacks the parts gathered in DIR, installs
+#          bash results/run_on_gpu.sh restore DIR     runs that came back ($NAME.tgz, and with SAVE_MERGED=0 the parts
+#                                                     $NAME.actor.tgz.aa, .ab, ...) into RUNS_DIR (/tmp/runs), where
+#                                                     `ocsd`, `grpo` and `launch` with a larger STEPS resume them
 #
 # Then, there:
 #   bash results/run_on_gpu.sh ocsd|grpo              one run in the foreground: OCSD (or GRPO) from the shipped
@@ -84,9 +87,20 @@ unpack() {
     echo "unpacked in $(( $(date +%s) - T0 )) s"
 }
 
+restore() {
+    local dir=${1:?restore: name the folder with the returned files} runs=${RUNS_DIR:-/tmp/runs} f
+    mkdir -p "$runs"
+    for f in "$dir"/*.tgz; do [ -e "$f" ] && tar -xzf "$f" -C "$runs"; done  # run folders without weights
+    for f in "$dir"/*.actor.tgz.aa; do  # a last checkpoint's actor/, in parts
+        [ -e "$f" ] && cat "${f%.aa}".* | tar -xzf - -C "$runs"
+    done
+    ls "$runs"
+}
+
 case "$MODE" in
     bundle) bundle "$2"; exit 0 ;;
     unpack) unpack "$2"; exit 0 ;;
+    restore) restore "$2"; exit 0 ;;
 esac
 [ -f /tmp/gpu/gpu_stack.env ] && . /tmp/gpu/gpu_stack.env
 export PYTHONPATH=$PYTHONPATH:/root/gpu_site/site312:/tmp/site:$PWD OCSD_CACHE=/tmp/ocsd_cache
