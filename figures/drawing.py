@@ -32,11 +32,33 @@ def pyplot():
     return plt
 
 
+CAPTION_POINTS = 7
+"""Font size of a figure's caption."""
+
+
+def wrap_caption(text: str, width: int) -> str:
+    """Break a caption into lines of at most ``width`` characters between its ``"; "``-separated parts (a part
+    longer than a line is wrapped at its spaces)."""
+    lines: list[str] = []
+    room = max(width - 1, 1)  # a line that ends between parts ends with ";"
+    for part in text.split("; "):
+        if lines and len(lines[-1]) + 2 + len(part) <= room:
+            lines[-1] += "; " + part
+        else:
+            if lines:
+                lines[-1] += ";"
+            lines.extend(textwrap.wrap(part, room) or [""])
+    return "\n".join(lines)
+
+
 def add_caption(fig, text: str) -> None:
-    """Write what a figure is drawn from as one small grey line below everything drawn so far (tick labels
-    included; the tight bounding box of :func:`save_figure` keeps it)."""
+    """Write what a figure is drawn from in small grey type below everything drawn so far (tick labels
+    included; the tight bounding box of :func:`save_figure` keeps it), wrapped to the figure's width so that a
+    long list of runs does not widen the image."""
     bottom = fig.get_tightbbox(fig.canvas.get_renderer()).y0 / fig.get_figheight()
-    fig.text(0.01, min(0.0, bottom) - 0.01, text, ha="left", va="top", fontsize=7, color="#555555", gid="caption")
+    width = int(fig.get_figwidth() * 72 / (0.55 * CAPTION_POINTS))  # characters of about 0.55 em each
+    fig.text(0.01, min(0.0, bottom) - 0.01, wrap_caption(text, width), ha="left", va="top",
+             fontsize=CAPTION_POINTS, color="#555555", gid="caption")
 
 
 def runs_caption(runs) -> str:

@@ -483,9 +483,10 @@ def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", na
         written.extend(_write(out_dir, file_name or spec.name, labels, columns, cells, paper, fmt, caption,
                               spec.label, notes))
 
+    runs_left = [f"Left out {reason}." for reason in skipped + left]  # named under the table, not only printed
     main_parts = _main_parts(by_env)
     if main_parts:
-        table(specs[NAME], main_parts, _missing(by_env, ("alfworld", "webshop")), name)
+        table(specs[NAME], main_parts, _missing(by_env, ("alfworld", "webshop")) + runs_left, name)
     if SEARCHQA in by_env:
         groups = by_env[SEARCHQA]
         stats = [validation_stats([r for _, r in rows]) for rows in groups.values()]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from figures import fig2_diagnosis
-from figures.drawing import bar_chart, pyplot, word_cloud
+from figures.drawing import add_caption, bar_chart, pyplot, save_figure, word_cloud, wrap_caption
 from tests.figures.test_figures import assert_png, bars
 
 
@@ -22,6 +22,32 @@ def test_bar_chart_draws_values_and_intervals():
     assert [t.get_text() for t in ax.texts] == ["n/a"]  # the missing value is marked, not hidden
     assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "c"]
     plt.close(fig)
+
+
+def test_wrap_caption_breaks_between_parts():
+    rng = np.random.default_rng(3)
+    parts = [f"RUN{i} (run_{'x' * int(rng.integers(3, 30))}, steps 1-10)" for i in range(12)]
+    text = "runs: " + "; ".join(parts)
+    wrapped = wrap_caption(text, 60)
+    lines = wrapped.split("\n")
+    assert len(lines) > 1 and all(len(line) <= 60 for line in lines)
+    assert wrapped.replace(";\n", "; ") == text  # lines break only between parts: none is cut
+    assert wrap_caption("short; text", 60) == "short; text"
+    long = "word " * 30
+    assert all(len(line) <= 20 for line in wrap_caption(long.strip(), 20).split("\n"))
+
+
+def test_a_long_caption_does_not_widen_the_image(tmp_path):
+    from PIL import Image
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([0, 1], [0, 1])
+    add_caption(fig, "runs: " + "; ".join(f"OCSD (seed {i}) (ocsd_smollm2_vllm_s{i}, steps 1-10)" for i in range(8)))
+    path = save_figure(fig, tmp_path, "captioned", dpi=100)[0]
+    plt.close(fig)
+    width, height = Image.open(path).size
+    assert width <= 4 * 100 * 1.1 and height > 3 * 100
 
 
 def test_word_cloud_keeps_finite_positive_sizes():

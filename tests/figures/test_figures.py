@@ -511,6 +511,20 @@ def test_tables_of_the_three_benchmarks(tmp_path, capsys):
     assert "Search-QA" not in (out / "table_main.tex").read_text()
 
 
+def test_main_table_names_the_runs_it_leaves_out(runs, tmp_path):
+    """A run without an evaluation or a validation row is named under the table, not only on stderr."""
+    from tests.figures.runs import make_run
+
+    bare = make_run(tmp_path / "sdar_s2", method="sdar", seed=2, val_every=None)
+    argv = ["--run", str(runs["ocsd0"]), "--run", str(bare), "--out", str(tmp_path / "out"), "--format", "md"]
+    assert tables.main(argv) == 0
+    text = (tmp_path / "out" / "table_main.md").read_text()
+    rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("|")][2:]
+    assert rows == [method_label("ocsd")]
+    assert (f"Note: Left out {bare}: no evaluation of its last checkpoint (eval.json) and no validation row "
+            f"(val/success_rate) in metrics.jsonl.") in text
+
+
 def test_tables_leave_out_environments_without_runs(tmp_path, capsys):
     """Search-QA runs alone make only the Search-QA tables; WebShop runs alone make a main table of WebShop's
     columns with a note that ALFWorld was left out."""
