@@ -20,6 +20,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -131,21 +132,29 @@ def _checkpoint_order(st: pd.DataFrame, keys: list) -> tuple[np.ndarray, np.ndar
     return order[st["_ck"].to_numpy()], ckpts["global_step"].to_numpy(np.int64), names
 
 
-def from_replay(steps: pd.DataFrame, tokens: pd.DataFrame, metas: list[dict], *,
-                total_steps: int | None = None) -> DiagData:
-    """Build :class:`DiagData` from replay tables (as returned by ``ocsd.records.read_replay``).
-
-    Rows are matched by checkpoint (the tables' ``ocsd.records.CHECKPOINT_COLUMN``; tables without it
-    are taken as one checkpoint per global step), trajectory and step.
-    """
-    if len(steps) == 0:
-        raise DiagnosticsError("no steps in the selection (is any step selected/scored?)")
+def _environment(metas: list[dict]) -> str:
+    """The one environment of the checkpoints' metadata ("unknown" without any)."""
     envs = sorted({str(m.get("env")) for m in metas}) if metas else ["unknown"]
     if len(envs) > 1:
         raise DiagnosticsError(f"checkpoints of different environments cannot be pooled: {envs}")
+    return envs[0]
+
+
+def from_replay(steps: pd.DataFrame, tokens: pd.DataFrame, metas: list[dict], *,
+                total_steps: int | None = None, extra_columns: Sequence[str] = ()) -> DiagData:
+    """Build :class:`DiagData` from replay tables (as returned by ``ocsd.records.read_replay``).
+
+    Rows are matched by checkpoint (the tables' ``ocsd.records.CHECKPOINT_COLUMN``; tables without it
+    are taken as one checkpoint per global step), trajectory and step. ``extra_columns`` of ``steps`` are
+    kept in ``DiagData.steps`` after the signals.
+    """
+    if len(steps) == 0:
+        raise DiagnosticsError("no steps in the selection (is any step selected/scored?)")
+    env = _environment(metas)
     step_ck, token_ck, keys = _checkpoint_codes(steps, tokens)
     key = ["_ck", "global_step", "traj_uid", "step_idx"]
-    st = steps.loc[:, key[1:] + ["operator", "feedback_label"]].reset_index(drop=True).assign(_ck=step_ck)
+    extra = [c for c in extra_columns if c not in key + ["operator", "feedback_label"]]
+    st = steps.loc[:, key[1:] + ["operator", "feedback_label", *extra]].reset_index(drop=True).assign(_ck=step_ck)
     st["_step"] = np.arange(len(st))
     tok = tokens.loc[:, key[1:] + ["token_idx", *_TOKEN_COLS]].assign(_ck=token_ck)
     tok = tok.merge(st[key + ["_step"]], on=key, how="inner")
@@ -177,13 +186,14 @@ def from_replay(steps: pd.DataFrame, tokens: pd.DataFrame, metas: list[dict], *,
     st["stage"] = stage_of(st["global_step"].to_numpy(), total)
     st = st.drop(columns=["_step", "_ck"])
     st = st[["global_step", "traj_uid", "step_idx", "operator", "feedback_label", "n_tok",
-             *[f"S_{name}" for name in SIGNALS], "cluster", "ckpt", "stage"]]
+             *[f"S_{name}" for name in SIGNALS], "cluster", "ckpt", "stage", *extra]]
     tokens_out = pd.DataFrame({"step": step_code, "token": tok["token"].to_numpy(object), **signals})
-    return DiagData(steps=st, tokens=tokens_out, env=envs[0], global_steps=global_steps, total_steps=total,
+    return DiagData(steps=st, tokens=tokens_out, env=env, global_steps=global_steps, total_steps=total,
                     checkpoints=names)
 
 
-def load(paths, *, steps: str = "selected", total_steps: int | None = None) -> DiagData:
+def load(paths, *, steps: str = "selected", total_steps: int | None = None,
+         properties: Callable[[pd.DataFrame, str], pd.DataFrame] | None = None) -> DiagData:
     """Read checkpoints and derive the signals.
 
     Parameters
@@ -194,6 +204,11 @@ def load(paths, *, steps: str = "selected", total_steps: int | None = None) -> D
         Analyse only the selected (top-NLL) steps, as the paper does, or every scored step.
     total_steps : int, optional
         Run length for the stages (default: the largest global step loaded).
+    properties : callable, optional
+        ``f(steps, env) -> DataFrame``: per-step columns computed on every step of the checkpoints (the pooled
+        ``steps.parquet`` rows with their ``ocsd.records.CHECKPOINT_COLUMN``, before the selection; the result
+        is aligned with its input's index), e.g. from a trajectory's next step. Its columns are kept in
+        ``DiagData.steps``.
 
     Raises
     ------
@@ -206,7 +221,14 @@ def load(paths, *, steps: str = "selected", total_steps: int | None = None) -> D
         paths = [paths]
     if not paths:
         raise DiagnosticsError("no input: give --run DIR or --ckpt DIR")
-    data = read_replay(list(paths), steps=steps, token_columns=list(_TOKEN_COLS) + ["token_idx"])
+    read = "all" if properties is not None else steps  # properties may need the steps outside the selection
+    data = read_replay(list(paths), steps=read, token_columns=list(_TOKEN_COLS) + ["token_idx"])
     if not data.metas:
         raise RecordError(f"{', '.join(map(str, paths))}: no complete checkpoint found")
-    return from_replay(data.steps, data.tokens, data.metas, total_steps=total_steps)
+    if properties is None:
+        return from_replay(data.steps, data.tokens, data.metas, total_steps=total_steps)
+    derived = properties(data.steps, _environment(data.metas))
+    table = data.steps.assign(**{c: derived[c] for c in derived.columns})
+    if steps == "selected":
+        table = table[table["selected"].to_numpy(bool)]
+    return from_replay(table, data.tokens, data.metas, total_steps=total_steps, extra_columns=list(derived.columns))

@@ -58,8 +58,9 @@ def command_parser(prog: str, description: str, *, bootstrap: bool = True) -> ar
     return parser
 
 
-def load_args(args: argparse.Namespace) -> DiagData:
-    """Check the input and bootstrap options and load the data named by ``--ckpt``/``--run``.
+def load_args(args: argparse.Namespace, *, properties=None) -> DiagData:
+    """Check the input and bootstrap options and load the data named by ``--ckpt``/``--run`` (``properties``:
+    per-step columns to derive, see :func:`diagnostics.load.load`).
 
     Raises
     ------
@@ -77,4 +78,4 @@ def load_args(args: argparse.Namespace) -> DiagData:
         raise DiagnosticsError(f"--n-boot must be >= 1, got {args.n_boot}")
     if not 0 < getattr(args, "ci", 0.5) < 1:
         raise DiagnosticsError(f"--ci must be in (0, 1), got {args.ci}")
-    return load(paths, steps=args.steps, total_steps=args.total_steps)
+    return load(paths, steps=args.steps, total_steps=args.total_steps, properties=properties)
