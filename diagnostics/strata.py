@@ -33,13 +33,15 @@ Properties (``--by``), read from the checkpoints' ``steps.parquet``, including t
 
 Command::
 
-    python -m diagnostics.strata --run DIR [--by evidence_words|next_action] [--bins 5] [--n-boot 1000] [--json]
+    python -m diagnostics.strata --run DIR [--by evidence_words|next_action] [--bins 5] [--out DIR] [--json]
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -49,7 +51,7 @@ from diagnostics.bootstrap import as_generator, iter_cluster_counts, percentile_
 from diagnostics.load import SIGNALS, DiagData, DiagnosticsError
 from diagnostics.options import command_parser, load_args
 from diagnostics.stats import AurocEngine, DegenerateInputWarning
-from ocsd.cli import emit, format_table, positive_int, run_main
+from ocsd.cli import emit, format_table, jsonable, output_folder, positive_int, run_main
 from ocsd.records import CHECKPOINT_COLUMN
 from ocsd.replay.schemas import action_family
 
@@ -295,10 +297,22 @@ def _main(argv: Sequence[str] | None) -> int:
                         help="the step property that defines the strata (default evidence_words)")
     parser.add_argument("--bins", type=positive_int("--bins"), default=5,
                         help="quantile bins of a numeric property (default 5)")
+    parser.add_argument("--out", type=output_folder, default=None,
+                        help="also write strata_<by>.json and strata_<by>.png into this folder")
     args = parser.parse_args(argv)
     data = load_args(args, properties=PROPERTIES[args.by])
     result = strata_auroc(data, args.by, bins=args.bins, n_boot=args.n_boot, ci=args.ci, seed=args.seed)
-    emit(args.json, result, table(result))
+    text = table(result)
+    if args.out:
+        from figures.strata_panels import draw_strata  # drawing lives in figures
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"strata_{args.by}.json"
+        path.write_text(json.dumps(jsonable(result), indent=2, allow_nan=False) + "\n")
+        png = draw_strata(result, out, source=args.run or ", ".join(args.ckpt))
+        text += f"wrote {path} and {png}\n"
+    emit(args.json, result, text)
     return 0
 
 

@@ -120,3 +120,29 @@ def test_strata_command(synth_run, capsys):
     with pytest.raises(SystemExit) as stop:
         strata.main(["--run", str(synth_run), "--bins", "0"])
     assert stop.value.code == 2 and "--bins must be >= 1" in capsys.readouterr().err
+
+
+def test_out_writes_the_json_and_a_figure_of_its_values(synth_run, tmp_path, capsys, monkeypatch):
+    import matplotlib.figure
+
+    from tests.figures.test_figures import assert_png, bars
+
+    drawn = []
+    real = matplotlib.figure.Figure.savefig
+
+    def spy(self, fname, *args, **kwargs):
+        drawn.append(self)
+        return real(self, fname, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
+    out = tmp_path / "strata"
+    assert strata.main(["--run", str(synth_run), "--n-boot", "100", "--bins", "3", "--out", str(out)]) == 0
+    assert "wrote " in capsys.readouterr().out
+    result = json.loads((out / "strata_evidence_words.json").read_text())
+    assert_png(out / "strata_evidence_words.png")
+    for signal in ("ablated", "full", "residual"):
+        heights, lows, highs = bars(drawn[0], signal)
+        expected = [s["signals"][signal] for s in result["strata"]] + [result["within"][signal],
+                                                                          result["pooled"][signal]]
+        for drawn_values, key in ((heights, "auroc"), (lows, "ci_low"), (highs, "ci_high")):
+            assert drawn_values == pytest.approx([e[key] if e[key] is not None else 0.0 for e in expected])  # n/a: 0
