@@ -55,7 +55,8 @@ from ocsd.cli import emit, format_table, jsonable, output_folder, positive_int, 
 from ocsd.records import CHECKPOINT_COLUMN
 from ocsd.replay.schemas import action_family
 
-__all__ = ["PROPERTIES", "evidence_words", "next_action", "within_strata_auroc", "strata_auroc", "main"]
+__all__ = ["PROPERTIES", "NEXT_ACTIONS", "evidence_words", "next_action", "within_strata_auroc", "strata_labels",
+           "strata_auroc", "table", "main"]
 
 NEXT_ACTIONS = ("repeat", "same family", "other family", "none")
 """The strata of ``next_action``, in table order."""
