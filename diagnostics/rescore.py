@@ -31,7 +31,7 @@ from ocsd.records import RecordError, checkpoint_dirs, read_checkpoint, read_run
 from ocsd.replay.render import RenderedStep, render_steps
 from ocsd.replay.views import ReplayView, StepRecord
 
-__all__ = ["Checkpoint", "Rescorer", "checkpoint_weights", "parse_steps", "check_bootstrap", "rescoring_main", "rescoring_parser",
+__all__ = ["Checkpoint", "Rescorer", "checkpoint_weights", "model_weights", "parse_steps", "check_bootstrap", "rescoring_main", "rescoring_parser",
            "run_checkpoints", "run_label", "scoring_device", "stored_residual_gap", "swapped_record"]
 
 PAPER_CHECKPOINTS = (10, 50, 100, 150)
@@ -85,6 +85,28 @@ def parse_steps(text: str | None, flag: str = "--ckpt-steps") -> list[int] | Non
             raise DiagnosticsError(f"{flag}: {item!r} is not a global step (comma-separated integers, or 'paper')")
         out.append(int(item))
     return sorted(set(out))
+
+
+def model_weights(model: str) -> str:
+    """``--model`` as weights to load: a Hugging Face folder or a model name as given; an exported warm start (a
+    LoRA adapter with ``warm_start.json``, e.g. ``training/warm_starts/smollm2-alfworld``, the weights that scored
+    a run's first checkpoint) merged into its base model once (:func:`training.policy.initial_weights`).
+
+    Raises
+    ------
+    DiagnosticsError
+        An exported warm start whose ``warm_start.json`` names no base model.
+    """
+    path = Path(model)
+    if not (path / "adapter_config.json").is_file():
+        return model
+    from training.policy import initial_weights
+    from training.warm_start import resolve_warm_start
+
+    warm = resolve_warm_start(path)
+    if not warm.base_model:
+        raise DiagnosticsError(f"--model: {path} is a LoRA adapter whose warm_start.json names no base model")
+    return str(initial_weights(warm.base_model, warm_start=str(path)))
 
 
 def checkpoint_weights(folder: Path, meta: Mapping, model: str | None = None) -> str:
@@ -141,6 +163,7 @@ def run_checkpoints(run: str | Path, steps: Sequence[int] | None, *, model: str 
             raise DiagnosticsError(f"{flag}: {run} has no complete checkpoint at step(s) {absent}; it has "
                                    f"{sorted(available)}")
         chosen = list(steps)
+    model = model_weights(model) if model is not None else None
     out = []
     for step in chosen:
         data = read_checkpoint(available[step])

@@ -16,6 +16,9 @@ Built-in views (registry :data:`VIEWS`, names usable on command lines)
 ``scaffold_only``  the ablated scaffold without the future-action schema: headings and
                    ``Observation: not provided`` fields only (pairs with ``ablated`` to measure
                    what the schema alone does).
+``masked``         an Observation-Ablated twin of ``full`` that keeps each observation's length:
+                   every word of an observation becomes ``_`` (audit it as ``--view full --twin
+                   masked``: a residual whose two views show equally long evidence).
 
 Evidence layout (paper tables "Prompt of Full/Observation-Ablated Replay-Evidence Scoring")
 ------------------------------------------------------------------------------------------
@@ -75,13 +78,16 @@ from ocsd.replay.prompts import PromptRenderer, Segment, interaction_text
 from ocsd.replay.schemas import action_schema
 
 __all__ = [
-    "ABLATED_OBSERVATION", "AblatedView", "FullView", "MissingEvidence", "OneObsAblatedView", "OneObsView",
-    "RenderedView", "ReplayView", "ScaffoldOnlyView", "StepRecord", "StudentView", "SwapView", "TemplateView",
-    "VIEWS", "ViewError", "evidence_pieces", "get_view", "load_view", "register_view", "step_records",
+    "ABLATED_OBSERVATION", "AblatedView", "FullView", "MASK_WORD", "MaskedView", "MissingEvidence",
+    "OneObsAblatedView", "OneObsView", "RenderedView", "ReplayView", "ScaffoldOnlyView", "StepRecord", "StudentView",
+    "SwapView", "TemplateView", "VIEWS", "ViewError", "evidence_pieces", "get_view", "load_view",
+    "masked_observation", "register_view", "step_records",
 ]
 
 EVIDENCE_HEADER = "Future evidence:\nAfter current action:\n"
 OBSERVATION_LABEL = "Observation: "
+MASK_WORD = "_"
+"""What each word of an observation becomes in the ``masked`` view."""
 ABLATED_OBSERVATION = "Observation: not provided"
 NEXT_ACTION_LABEL = "Next action:"
 AFTER_NEXT_HEADER = "After next action:\n"
@@ -246,8 +252,13 @@ class RenderedView:
         return out
 
 
+def masked_observation(observation: str) -> str:
+    """An observation with each of its words replaced by :data:`MASK_WORD`: as many words, none of its content."""
+    return " ".join(MASK_WORD for _ in observation.split())
+
+
 def evidence_pieces(step: StepRecord, *, horizon: int = 2, ablate: bool = False, schema: bool = True,
-                    first_obs: str | None = None) -> list[tuple[str, str]]:
+                    first_obs: str | None = None, mask: bool = False) -> list[tuple[str, str]]:
     """``(kind, text)`` pieces of replay evidence.
 
     Parameters
@@ -256,6 +267,8 @@ def evidence_pieces(step: StepRecord, *, horizon: int = 2, ablate: bool = False,
         Number of future observations shown (the paper uses 2).
     ablate : bool
         Replace every observation field by :data:`ABLATED_OBSERVATION`.
+    mask : bool
+        Replace every observation by :func:`masked_observation` of it (after the ``Observation: `` label).
     schema : bool
         Include the ``Next action:`` field (two-observation evidence only).
     first_obs : str, optional
@@ -276,7 +289,9 @@ def evidence_pieces(step: StepRecord, *, horizon: int = 2, ablate: bool = False,
     two = horizon == 2 and len(obs) == 2 and len(step.future_actions) >= 1
 
     def field(o: str) -> str:
-        return ABLATED_OBSERVATION if ablate else OBSERVATION_LABEL + o
+        if ablate:
+            return ABLATED_OBSERVATION
+        return OBSERVATION_LABEL + (masked_observation(o) if mask else o)
 
     pieces = [("fixed", EVIDENCE_HEADER)]
     if not two:
@@ -397,6 +412,18 @@ class ScaffoldOnlyView(TemplateView):
 
     def evidence(self, step: StepRecord) -> list[tuple[str, str]]:
         return evidence_pieces(step, ablate=True, schema=False)
+
+
+@register_view("masked")
+class MaskedView(TemplateView):
+    """Observation-Ablated twin of ``full`` that keeps the evidence's length: each observation's words become
+    ``_``. Paired with ``full`` its residual compares evidence of equal length, unlike ``ablated``'s fixed
+    ``Observation: not provided``."""
+
+    horizon = 2
+
+    def evidence(self, step: StepRecord) -> list[tuple[str, str]]:
+        return evidence_pieces(step, horizon=self.horizon, mask=True)
 
 
 def load_view(spec: str) -> ReplayView:

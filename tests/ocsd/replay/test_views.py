@@ -168,8 +168,9 @@ def _property(renderer):
 
         step = replace(step, donor_obs=donor)
         rendered = render_views(step, ["student", "full", "ablated", "swap", "one_obs", "one_obs_ablated",
-                                       "scaffold_only"], renderer)
+                                       "scaffold_only", "masked"], renderer)
         check_matched(rendered, "full", "ablated", renderer)
+        check_matched(rendered, "full", "masked", renderer)
         check_matched(rendered, "full", "swap", renderer)
         check_matched(rendered, "one_obs", "one_obs_ablated", renderer)
         assert rendered.contexts["student"] == renderer.render_ids(
@@ -179,6 +180,9 @@ def _property(renderer):
         abl_obs = [s.text for s in rendered.views["ablated"].segments if s.kind == "observation"]
         assert all(t.startswith("Observation: ") for t in full_obs)
         assert all(t.rstrip("\n") == ABLATED_OBSERVATION for t in abl_obs)
+        masked_obs = [s.text for s in rendered.views["masked"].segments if s.kind == "observation"]
+        assert [len(t.split()) for t in masked_obs] == [len(t.split()) for t in full_obs]  # as many words
+        assert all(set(t.rstrip("\n")[len("Observation: "):].split()) <= {"_"} for t in masked_obs)
     run()
 
 
@@ -369,4 +373,5 @@ def test_template_view_subclass_contract(smollm2_renderer):
 
     step = _steps()[0]
     assert Empty().render(step, smollm2_renderer) != load_view("student").render(step, smollm2_renderer)
-    assert set(VIEWS) >= {"student", "full", "ablated", "swap", "one_obs", "one_obs_ablated", "scaffold_only"}
+    assert set(VIEWS) >= {"student", "full", "ablated", "swap", "one_obs", "one_obs_ablated", "scaffold_only",
+                          "masked"}
