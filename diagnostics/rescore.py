@@ -31,8 +31,9 @@ from ocsd.records import RecordError, checkpoint_dirs, read_checkpoint, read_run
 from ocsd.replay.render import RenderedStep, render_steps
 from ocsd.replay.views import ReplayView, StepRecord
 
-__all__ = ["Checkpoint", "Rescorer", "checkpoint_weights", "model_weights", "parse_steps", "check_bootstrap", "rescoring_main", "rescoring_parser",
-           "run_checkpoints", "run_label", "scoring_device", "stored_residual_gap", "swapped_record"]
+__all__ = ["Checkpoint", "Rescorer", "checkpoint_weights", "model_weights", "parse_steps", "check_bootstrap",
+           "rescoring_main", "rescoring_parser", "run_checkpoints", "run_label", "scoring_device", "stored_residual_gap",
+           "swapped_record"]
 
 PAPER_CHECKPOINTS = (10, 50, 100, 150)
 """Checkpoints of the paper's observation-swapping analysis (appendix "Observation-Swapping Sensitivity
