@@ -175,6 +175,11 @@ def within_strata_auroc(y_true, y_score, strata, *, cluster_weights=None, cluste
     return float(value[0]) if single else value
 
 
+def _means(scores: np.ndarray, mask: np.ndarray) -> dict:
+    """Mean step score of each signal over the masked steps (nan without any)."""
+    return {sig: float(scores[mask, j].mean()) if mask.any() else float("nan") for j, sig in enumerate(SIGNALS)}
+
+
 def _interval(point: float, reps: np.ndarray, ci: float) -> dict:
     """The point AUROC and the percentile interval of its defined resamples (a small stratum may lose a class)."""
     low, high = percentile_ci(reps, ci=ci)
@@ -210,12 +215,14 @@ def strata_auroc(data: DiagData, by: str, *, bins: int = 5, n_boot: int = 1000, 
     Returns
     -------
     dict
-        ``{"by", "n_steps", "n_valid", "n_invalid", "n_trajectories", "n_boot", "ci", "strata": [{"stratum",
-        "n_steps", "n_valid", "signals": {signal: {"auroc", "ci_low", "ci_high"}}, "mean": {"valid"|"invalid":
-        {signal: mean step score}}}, ...], "n_steps_within"
-        (steps of the strata with both classes), "within": {signal: {...}}, "pooled": {signal: {...}}, "delta":
-        {"within"|"pooled": {"delta", "ci_low", "ci_high"}}}`` (Delta AUROC = residual - full, paired over the
-        resamples); AUROCs are nan where a stratum (or every stratum) lacks a class.
+        ``{"by", "n_steps", "n_valid", "n_invalid", "n_trajectories", "n_boot", "ci",
+        "strata": [{"stratum", "n_steps", "n_valid", "signals": {signal: {"auroc", "ci_low", "ci_high"}},
+        "mean": {"valid"|"invalid": {signal: mean step score}}}, ...],
+        "n_steps_within": steps of the strata with both classes,
+        "within": {signal: {...}}, "pooled": {signal: {...}},
+        "delta": {"within"|"pooled": {"delta", "ci_low", "ci_high"}}}``
+        (Delta AUROC = residual - full, paired over the resamples); AUROCs are nan where a stratum (or every
+        stratum) lacks a class.
     """
     if by not in PROPERTIES:
         raise DiagnosticsError(f"--by must be one of {', '.join(PROPERTIES)}, got {by!r}")
@@ -244,13 +251,10 @@ def strata_auroc(data: DiagData, by: str, *, bins: int = 5, n_boot: int = 1000, 
         within_reps.append(within)
         pooled_reps.append(pooled_engine.evaluate(counts)[1])
     per_reps, within_reps, pooled_reps = (np.concatenate(r) for r in (per_reps, within_reps, pooled_reps))
-    def means(mask: np.ndarray) -> dict:
-        return {sig: float(scores[mask, j].mean()) if mask.any() else float("nan") for j, sig in enumerate(SIGNALS)}
-
     out["strata"] = [{"stratum": name, "n_steps": int((codes == s).sum()), "n_valid": int(y[codes == s].sum()),
                       "signals": {sig: _interval(per_point[0, s, j], per_reps[:, s, j], ci)
                                   for j, sig in enumerate(SIGNALS)},
-                      "mean": {"valid": means((codes == s) & y), "invalid": means((codes == s) & ~y)}}
+                      "mean": {"valid": _means(scores, (codes == s) & y), "invalid": _means(scores, (codes == s) & ~y)}}
                      for s, name in enumerate(order)]
     paired = [s for s, part in enumerate(strata_engines.parts) if part is not None]
     out["n_steps_within"] = int(np.isin(codes, paired).sum())  # steps of strata that hold both classes
