@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -391,8 +390,7 @@ def build(run_dirs: Sequence = (), out_dir="figures_out", *, swap_files: Sequenc
         raise SkipFigure("no per_checkpoint entry in " + ", ".join(str(i.path) for i in inputs))
     drawn = ours + (paper_groups() if paper_reference else [])
     fig = draw(drawn)
-    width = fig.get_figwidth()
-    add_caption(fig, textwrap.fill(caption(inputs, drawn, per_checkpoint=per_checkpoint), int(19 * width)))
+    add_caption(fig, caption(inputs, drawn, per_checkpoint=per_checkpoint))  # wrapped to the figure's width there
     try:
         paths = save_figure(fig, out_dir, name, pdf=pdf, dpi=dpi)
     finally:
