@@ -118,19 +118,30 @@ export PYTHONPATH=$PYTHONPATH:/root/gpu_site/site312:/tmp/site:$PWD OCSD_CACHE=/
 GAMES=${GAMES:-$ASSETS/games}
 EVAL_DATA=${EVAL_DATA:-$ASSETS/valid}
 
-evaluate() {  # CKPT: success on valid_seen into $OUT/eval_<name>.json
-    local ckpt=$1 name try
-    name=$(echo "$ckpt" | sed 's|^/tmp/keep/||' | tr '/' '_')
-    # up to three tries: a vLLM engine that starts while another process on the GPU changes its memory use (a
-    # run still training beside it) can find no memory for its cache and stop
+three_tries() {  # FILE PAUSE WHAT CMD...: CMD until FILE exists, at most three times, sleeping $((PAUSE)) after a miss
+    # a vLLM engine that measures the GPU's free memory while another process on it changes its use (a run training
+    # beside it, or its engine going to sleep) finds no memory for its cache and stops at start-up
+    local file=$1 pause=$2 what=$3 try
+    shift 3
     for try in 1 2 3; do
-        python3 -m training.evaluate --ckpt "$ckpt" --data "$EVAL_DATA" --split valid_seen --repeats "${REPEATS:-2}" \
-            --json --out-file "$OUT/eval_$name.json" device=cuda rollout_engine="$ENGINE" history_length=2 \
-            max_response_length=64 env_workers=${EVAL_WORKERS:-12} vllm_gpu_memory_utilization=${VLLM_MEM:-0.3} \
-            progress=false 2>&1 > /dev/null | grep -v "Loading weights\|Writing model shards" | tail -3
-        [ -f "$OUT/eval_$name.json" ] && break
-        echo "eval $ckpt: try $try failed"; sleep 60
+        "$@"
+        [ -f "$file" ] && return 0
+        echo "$what: try $try failed"; sleep $(( pause ))
     done
+    return 1
+}
+
+evaluate_once() {  # CKPT NAME
+    python3 -m training.evaluate --ckpt "$1" --data "$EVAL_DATA" --split valid_seen --repeats "${REPEATS:-2}" \
+        --json --out-file "$OUT/eval_$2.json" device=cuda rollout_engine="$ENGINE" history_length=2 \
+        max_response_length=64 env_workers=${EVAL_WORKERS:-12} vllm_gpu_memory_utilization=${VLLM_MEM:-0.3} \
+        progress=false 2>&1 > /dev/null | grep -v "Loading weights\|Writing model shards" | tail -3
+}
+
+evaluate() {  # CKPT: success on valid_seen into $OUT/eval_<name>.json
+    local ckpt=$1 name
+    name=$(echo "$ckpt" | sed 's|^/tmp/keep/||' | tr '/' '_')
+    three_tries "$OUT/eval_$name.json" 60 "eval $ckpt" evaluate_once "$ckpt" "$name" || true
     python3 -c "import json; d=json.load(open('$OUT/eval_$name.json')); print('$ckpt', {k: d[k] for k in ('success_rate','ci_low','ci_high','invalid_action_rate','mean_steps','time_s')})"
     echo "eval $ckpt done $(( $(date +%s) - T0 )) s"
 }
@@ -221,11 +232,7 @@ esac
 
 NAME=${NAME:-${MODE}_smollm2_h200}
 R=/tmp/runs/$NAME
-LAST=$R/global_step_${STEPS:-4}/replay/meta.json
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-# up to three tries, each resuming from the last checkpoint: a vLLM engine that profiles the GPU's memory while
-# another run on it frees memory (its engine going to sleep) stops at start-up
-for try in 1 2 3; do
+train_once() {  # each try resumes from the run's last checkpoint
     python3 -m training.train --config training/configs/demo.yaml run_dir=$R run_name=$NAME method=$MODE device=cuda \
         games_dir=$GAMES n_train_games=96 n_val_games=2 task_types=pick,look,clean,heat,cool,pick2 \
         batch_size=16 group_size=${GROUP:-4} max_steps=12 history_length=2 max_response_length=64 temperature=1.0 \
@@ -233,10 +240,11 @@ for try in 1 2 3; do
         scoring_token_budget=${SCORING_TOKENS:-65536} vllm_gpu_memory_utilization=${VLLM_MEM:-0.3} \
         seed=${SEED:-0} rollout_engine=$ENGINE save_merged=$([ "${SAVE_MERGED:-1}" = 0 ] && echo false || echo true) \
         progress=false 2>&1 | grep -v "Writing model shards\|Loading weights" | tail -5
-    [ -f "$LAST" ] && break
-    echo "train $NAME: try $try stopped before step ${STEPS:-4}"; sleep $(( 30 + RANDOM % 60 ))
-done
-[ -f "$LAST" ] || { echo "train $NAME: no checkpoint of step ${STEPS:-4} after three tries" >&2; exit 1; }
+}
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+three_tries "$R/global_step_${STEPS:-4}/replay/meta.json" '30 + RANDOM % 60' \
+    "train $NAME (stopped before step ${STEPS:-4})" train_once \
+    || { echo "train $NAME: no checkpoint of step ${STEPS:-4} after three tries" >&2; exit 1; }
 echo "train done $(( $(date +%s) - T0 )) s"
 STEPS_ARG=${SWAP_STEPS:+--ckpt-steps $SWAP_STEPS}
 python3 -m diagnostics.swap --run $R --device cuda --no-progress $STEPS_ARG 2>&1 | grep -v "Loading weights" | tail -12
