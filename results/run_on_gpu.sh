@@ -28,7 +28,9 @@
 #                                                     method:seed (e.g. ocsd:2 grpo:2 sdar:2), each followed by the
 #                                                     evaluation of its last checkpoint, and the warm start's
 #                                                     evaluation (WARM_EVAL=0: not); they outlive the command
-#                                                     (setsid) and start STAGGER (20) seconds apart
+#                                                     (setsid), go round the GPUs (GPUS, by default all of the
+#                                                     machine's), and those that share one start STAGGER (20)
+#                                                     seconds apart
 #   bash results/run_on_gpu.sh poll SECONDS           wait up to SECONDS for them; print their progress and copy
 #                                                     what they finished into $OUT
 #   bash results/run_on_gpu.sh pipeline               pipelined against turn-by-turn rollouts
@@ -196,18 +198,23 @@ launch)  # a copy of the tree, so that later transfers do not change what runs
     rm -rf /tmp/repo /tmp/done /tmp/logs && mkdir -p /tmp/repo /tmp/done /tmp/logs
     cp -r . /tmp/repo/ && cd /tmp/repo
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+    gpus=${GPUS:-$(nvidia-smi -L | wc -l)} slot=0
+    start() {  # NAME CMD: CMD in the background on GPU slot % gpus; the jobs that share a GPU start STAGGER (20)
+        # seconds apart, since a vLLM engine that profiles while another starts or sleeps misjudges the free memory
+        local gpu=$(( slot % gpus ))
+        [ $slot -ge "$gpus" ] && [ $gpu -eq 0 ] && sleep ${STAGGER:-20}
+        CUDA_VISIBLE_DEVICES=$gpu OUT=/tmp/done setsid bash -c "$2" > /tmp/logs/$1.log 2>&1 < /dev/null &
+        echo "started $1 on GPU $gpu"
+        slot=$(( slot + 1 ))
+    }
     if [ "${WARM_EVAL:-1}" = 1 ]; then
-        OUT=/tmp/done setsid bash results/run_on_gpu.sh eval training/warm_starts/smollm2-alfworld \
-            > /tmp/logs/eval_warm_start.log 2>&1 < /dev/null &
+        start eval_warm_start "bash results/run_on_gpu.sh eval training/warm_starts/smollm2-alfworld"
     fi
     for run in "$@"; do
-        sleep ${STAGGER:-20}  # vLLM engines that start together misjudge the free GPU memory while profiling
         method=${run%%:*} seed=${run##*:}
         name=${method}_smollm2_vllm_s$seed
-        NAME=$name SEED=$seed OUT=/tmp/done setsid bash -c "bash results/run_on_gpu.sh $method && \
-            bash results/run_on_gpu.sh eval /tmp/keep/$name/global_step_${STEPS:-4}" \
-            > /tmp/logs/$name.log 2>&1 < /dev/null &
-        echo "started $name"
+        start $name "NAME=$name SEED=$seed bash results/run_on_gpu.sh $method && \
+            bash results/run_on_gpu.sh eval /tmp/keep/$name/global_step_${STEPS:-4}"
     done
     exit 0 ;;
 poll)
@@ -221,7 +228,8 @@ poll)
     done
     mkdir -p /tmp/sent
     n=0
-    for f in /tmp/done/*; do  # each finished file once, at most 8 a call
+    for f in $(ls /tmp/done | grep -v '\.actor\.tgz\.'; ls /tmp/done | grep '\.actor\.tgz\.'); do
+        f=/tmp/done/$f  # each finished file once, at most 8 a call, the weights' parts last
         [ -e "$f" ] && [ ! -e /tmp/sent/"$(basename "$f")" ] && [ $n -lt 8 ] && cp "$f" "$OUT/" && cp "$f" /tmp/sent/ \
             && n=$((n + 1))
     done
