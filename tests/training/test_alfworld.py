@@ -340,3 +340,21 @@ def test_batch_env_submit_collect_plays_like_step(generated, workers):
         with pytest.raises(IndexError):
             env.submit(len(chosen), "look")
         env.reset()  # whole-batch calls work again once everything is collected
+
+
+def _generate_three(out: str) -> list[str]:
+    from training.envs.games import generated_games
+
+    return [g.path for g in generated_games(Path(out), 3, "train", seed=5, progress=False)]
+
+
+def test_runs_of_one_seed_generate_the_same_games_side_by_side(tmp_path):
+    # two runs of one seed, started together, write the same games into one folder at the same time
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(2) as pool:
+        first, second = pool.map(_generate_three, [str(tmp_path)] * 2)
+    assert first == second
+    assert not list(tmp_path.rglob("*.tmp"))
+    for path in first:
+        assert json.loads(Path(path).read_text())["solvable"]

@@ -322,7 +322,9 @@ def generate_game(out_dir: str | os.PathLike, *, seed: int, index: int, split: s
                 "generator": dict(params, split=split, seed=seed, index=index, attempt=attempt,
                                   command_style=command_style)}
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        # a temporary file of this process's own: runs of one seed started together generate the same games
+        # into one folder, and each renames its finished copy into place
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data))
         if wins(tmp, walkthrough):
             os.replace(tmp, path)
