@@ -1,11 +1,13 @@
-"""``python -m diagnostics.compare A.json B.json [--n-boot 10000] [--ci 0.95] [--seed 0] [--json]``
+"""``python -m diagnostics.compare A.json B.json [A2.json B2.json ...] [--n-boot N] [--ci 0.95] [--seed 0] [--json]``
 
 Paired comparison of two evaluations on the same tasks (``python -m training.evaluate --json --repeats K``, e.g.
 OCSD's and GRPO's last checkpoints on ALFWorld's valid_seen): the difference of mean success, A - B, overall and
 per task type, each with a percentile bootstrap interval that resamples whole tasks (each task's mean over its
 repeats, differenced; :func:`diagnostics.runs.paired_task_difference`). Because both sides are resampled on the
 same tasks, the interval is narrower than the two separate intervals suggest when the tasks' difficulty
-dominates. An evaluation written before per-task outcomes were stored (no ``episodes``) is refused by name.
+dominates. More pairs (A2 B2, ... : the two methods at further seeds) pool the seeds: each task's difference is
+averaged over the pairs before the tasks are resampled. An evaluation written before per-task outcomes were stored
+(no ``episodes``) is refused by name.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -25,24 +27,31 @@ from ocsd.cli import UsageError, non_negative_int, positive_int, run_main
 __all__ = ["compare", "main"]
 
 
-def compare(a: dict, b: dict, *, n_boot: int = 10_000, level: float = 0.95, seed: int = 0) -> dict:
+def compare(a: Mapping | Sequence[Mapping], b: Mapping | Sequence[Mapping], *, n_boot: int = 10_000,
+            level: float = 0.95, seed: int = 0) -> dict:
     """``{overall: {...}, per_type: {type: {...}}}``, each ``{difference, ci_low, ci_high, n_tasks, a, b}`` with
     ``a`` and ``b`` the two sides' mean success on those tasks.
+
+    ``a`` and ``b`` are two evaluations, or two sequences of evaluations paired in order (one pair a seed): then
+    the differences and means are the seeds' means (:func:`diagnostics.runs.paired_task_difference`).
 
     Raises
     ------
     ValueError
         As :func:`diagnostics.runs.paired_task_difference`.
     """
+    a, b = ([a], [b]) if isinstance(a, Mapping) else (list(a), list(b))
+
     def row(task_type: str | None) -> dict:
         diff = paired_task_difference(a, b, task_type=task_type, n_boot=n_boot, level=level, rng=seed)
-        means = [float(np.mean(list(task_means(side, task_type).values()))) for side in (a, b)]
+        means = [float(np.mean([np.mean(list(task_means(x, task_type).values())) for x in side]))
+                 for side in (a, b)]
         return {"difference": diff.mean, "ci_low": diff.low, "ci_high": diff.high, "n_tasks": diff.n_tasks,
                 "a": means[0], "b": means[1]}
 
-    types = sorted({e["task_type"] for e in a.get("episodes") or []})
+    types = sorted({e["task_type"] for e in a[0].get("episodes") or []})
     return {"overall": row(None), "per_type": {t: row(t) for t in types}, "ci_level": level, "n_boot": n_boot,
-            "repeats": [a.get("repeats"), b.get("repeats")]}
+            "repeats": [a[0].get("repeats"), b[0].get("repeats")], "n_pairs": len(a)}
 
 
 def _read(path: str) -> dict:
@@ -78,13 +87,16 @@ def _table(result: dict, names: tuple[str, str]) -> str:
     for name, row in [("overall", result["overall"]), *result["per_type"].items()]:
         lines.append(f"{name:<10} {row['n_tasks']:>4} {100 * row['a']:>{w - 1}.1f}% {100 * row['b']:>{w - 1}.1f}% "
                      f"{100 * row['difference']:>+8.1f}  [{100 * row['ci_low']:+.1f}, {100 * row['ci_high']:+.1f}]")
+    if result.get("n_pairs", 1) > 1:
+        lines.append(f"means over {result['n_pairs']} paired seeds; the columns name the first pair")
     return "\n".join(lines)
 
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m diagnostics.compare", description=__doc__.split("\n\n")[1])
-    parser.add_argument("a", metavar="A.json", help="evaluation result (training.evaluate --json)")
-    parser.add_argument("b", metavar="B.json", help="evaluation result on the same tasks")
+    parser.add_argument("evaluations", nargs="+", metavar="A.json B.json",
+                        help="two evaluation results (training.evaluate --json) on the same tasks; further pairs "
+                             "(A2.json B2.json ...), the same two methods at other seeds, are pooled")
     parser.add_argument("--n-boot", type=positive_int("--n-boot"), default=10_000, help="task resamples")
     parser.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
     parser.add_argument("--seed", type=non_negative_int("--seed"), default=0, help="random seed (default 0)")
@@ -92,12 +104,15 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.ci < 1:
         raise UsageError(f"--ci must be in (0, 1), got {args.ci}")
-    a, b = _read(args.a), _read(args.b)
+    files = args.evaluations
+    if len(files) % 2:
+        raise UsageError(f"evaluations come in pairs (A.json B.json [A2.json B2.json ...]), got {len(files)} files")
+    a, b = [_read(f) for f in files[0::2]], [_read(f) for f in files[1::2]]
     try:
         result = compare(a, b, n_boot=args.n_boot, level=args.ci, seed=args.seed)
     except ValueError as err:
-        raise UsageError(f"{args.a} vs {args.b}: {err}") from None
-    print(json.dumps(result) if args.json else _table(result, _labels(args.a, args.b)))
+        raise UsageError(f"{' '.join(files)}: {err}") from None
+    print(json.dumps(result) if args.json else _table(result, _labels(files[0], files[1])))
     return 0
 
 

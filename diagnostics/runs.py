@@ -281,27 +281,41 @@ def task_means(result: Mapping, task_type: str | None = None) -> dict[str, float
     return out
 
 
-def paired_task_difference(a: Mapping, b: Mapping, *, task_type: str | None = None, n_boot: int = 10_000,
-                           level: float = 0.95, rng=0) -> TaskBootstrap:
+def paired_task_difference(a: Mapping | Sequence[Mapping], b: Mapping | Sequence[Mapping], *,
+                           task_type: str | None = None, n_boot: int = 10_000, level: float = 0.95,
+                           rng=0) -> TaskBootstrap:
     """Success of evaluation ``a`` minus evaluation ``b`` on the same tasks, with a bootstrap interval that
     resamples whole tasks (each task's mean over its repeats, :func:`task_means`, differenced,
     :func:`task_bootstrap`), so that which tasks were drawn counts once for both sides.
 
+    With several seeds, ``a`` and ``b`` are sequences of evaluations paired in order (``a[i]`` and ``b[i]``
+    of seed ``i``): each task's difference is the mean over the seeds of its seed's differences, and the tasks
+    are resampled as before, so that the interval counts both the seeds' spread and which tasks were drawn.
+
     Parameters
     ----------
-    a, b : mapping
-        ``python -m training.evaluate --json`` results with ``episodes``.
+    a, b : mapping or sequence of mappings
+        ``python -m training.evaluate --json`` results with ``episodes``; sequences of equal length for seeds.
     task_type : str, optional
         Only the tasks of this type.
 
     Raises
     ------
     ValueError
-        A result without ``episodes``, a task repeated, or the two results on different task sets.
+        A result without ``episodes``, a task repeated, the results on different task sets, or sequences of
+        different lengths.
     """
-    mean_a, mean_b = task_means(a, task_type), task_means(b, task_type)
-    if set(mean_a) != set(mean_b):
-        only = sorted(set(mean_a) ^ set(mean_b))
-        raise ValueError(f"the evaluations cover different tasks ({len(only)} in one only, e.g. {only[:2]})")
-    tasks = sorted(mean_a)
-    return task_bootstrap([mean_a[t] - mean_b[t] for t in tasks], n_boot=n_boot, level=level, rng=rng)
+    a, b = ([a], [b]) if isinstance(a, Mapping) else (list(a), list(b))
+    if not a or len(a) != len(b):
+        raise ValueError(f"paired seeds need as many evaluations on each side, got {len(a)} and {len(b)}")
+    means = [(task_means(x, task_type), task_means(y, task_type)) for x, y in zip(a, b)]
+    tasks = sorted(means[0][0])
+    for seed, (mean_a, mean_b) in enumerate(means):
+        for side in (mean_a, mean_b):
+            if set(side) != set(tasks):
+                only = sorted(set(side) ^ set(tasks))
+                where = f" (pair {seed + 1})" if len(means) > 1 else ""
+                raise ValueError(f"the evaluations cover different tasks{where} ({len(only)} in one only, "
+                                 f"e.g. {only[:2]})")
+    diffs = [float(np.mean([mean_a[t] - mean_b[t] for mean_a, mean_b in means])) for t in tasks]
+    return task_bootstrap(diffs, n_boot=n_boot, level=level, rng=rng)

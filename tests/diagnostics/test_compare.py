@@ -114,3 +114,57 @@ def test_table_names_the_runs_of_checkpoint_evaluations(pair, tmp_path, capsys):
     (tmp_path / "warm_start" / "eval.json").write_text(paths[1].read_text())
     assert main([str(paths[0]), str(tmp_path / "warm_start" / "eval.json"), "--n-boot", "200"]) == 0
     assert capsys.readouterr().out.splitlines()[0].split()[2:4] == ["ocsd_seed3/global_step_10", "warm_start"]
+
+
+@pytest.fixture()
+def seeds():
+    """The two methods at three seeds, on the same 45 tasks (each evaluation in its own task order)."""
+    rng = np.random.default_rng(11)
+    n = 45
+    tasks, types = [f"game_{i}" for i in range(n)], [("pick", "look", "clean")[i % 3] for i in range(n)]
+    difficulty = rng.uniform(0, 1, n)
+    a = [evaluation(rng, tasks, types, np.clip(difficulty + 0.05 * k, 0, 1), order=list(rng.permutation(n)))
+         for k in range(3)]
+    b = [evaluation(rng, tasks, types, difficulty, order=list(rng.permutation(n))) for _ in range(3)]
+    return a, b
+
+
+def test_seed_pairs_pool_each_tasks_difference_before_resampling(seeds):
+    a, b = seeds
+    mean = [{e["task"]: np.mean(e["won"]) for e in ev["episodes"]} for ev in a + b]
+    tasks = sorted(mean[0])
+    d = np.array([np.mean([mean[k][t] - mean[3 + k][t] for k in range(3)]) for t in tasks])
+    got = paired_task_difference(a, b, n_boot=3000, level=0.9, rng=5)
+    resampled = d[np.random.default_rng(5).integers(0, len(d), size=(3000, len(d)))].mean(axis=1)
+    assert got.mean == pytest.approx(d.mean()) and got.n_tasks == 45
+    assert (got.low, got.high) == pytest.approx((np.quantile(resampled, 0.05), np.quantile(resampled, 0.95)))
+    one, single = (paired_task_difference(x, y, n_boot=500, rng=1) for x, y in (([a[0]], [b[0]]), (a[0], b[0])))
+    assert (one.mean, one.low, one.high) == (single.mean, single.low, single.high)
+
+
+def test_compare_of_seed_pairs_gives_the_seeds_mean_success(seeds):
+    a, b = seeds
+    out = compare(a, b, n_boot=300)
+    assert out["n_pairs"] == 3 and set(out["per_type"]) == {"pick", "look", "clean"}
+    for side, evals in (("a", a), ("b", b)):
+        rates = [np.mean([np.mean(e["won"]) for e in ev["episodes"]]) for ev in evals]
+        assert out["overall"][side] == pytest.approx(np.mean(rates))
+    assert out["overall"]["difference"] == pytest.approx(out["overall"]["a"] - out["overall"]["b"])
+
+
+def test_seed_pairs_that_do_not_match_are_refused(seeds, tmp_path, capsys):
+    a, b = seeds
+    with pytest.raises(ValueError, match="as many evaluations on each side, got 3 and 2"):
+        paired_task_difference(a, b[:2])
+    fewer = {"episodes": b[1]["episodes"][1:]}
+    with pytest.raises(ValueError, match=r"different tasks \(pair 2\)"):
+        paired_task_difference(a[:2], [b[0], fewer])
+    paths = []
+    for name, ev in (("a1", a[0]), ("b1", b[0]), ("a2", a[1]), ("b2", b[1])):
+        paths.append(str(tmp_path / f"{name}.json"))
+        (tmp_path / f"{name}.json").write_text(json.dumps(ev))
+    assert main(paths[:3]) == 2
+    assert "evaluations come in pairs" in capsys.readouterr().err
+    assert main(paths + ["--n-boot", "200"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[-1] == "means over 2 paired seeds; the columns name the first pair" and len(table) == 6
