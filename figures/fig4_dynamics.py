@@ -29,7 +29,7 @@ from figures._common import RunInfo, SkipFigure, check_paper_model, figure_parse
 from figures.drawing import add_caption, pyplot, runs_caption, save_figure
 from ocsd.cli import run_main
 
-__all__ = ["Curve", "curves", "draw", "build", "main", "paper_lines"]
+__all__ = ["Curve", "curves", "draw", "build", "line_styles", "main", "paper_lines"]
 
 NAME = "fig4_dynamics"
 TRAIN_KEYS = {"success_rate": "Training success", "reward_mean": "Training reward"}
@@ -45,6 +45,22 @@ class Curve:
     key: str
     steps: np.ndarray
     values: np.ndarray
+
+
+SEED_STYLES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (6, 2, 1, 2)))
+"""Line styles of the runs of one method, in label order (the method sets the colour)."""
+
+
+def line_styles(labels: Sequence[str]) -> dict[str, tuple[str, object]]:
+    """``{label: (colour, line style)}``: one colour per method (the label before `` (``, as in
+    ``OCSD (seed 2)``), and one line style per run of that method, so that a dozen runs stay apart."""
+    bases = sorted({lab.split(" (")[0] for lab in labels})
+    out, count = {}, {}
+    for lab in sorted(labels):
+        base = lab.split(" (")[0]
+        k = count[base] = count.get(base, -1) + 1
+        out[lab] = (f"C{bases.index(base) % 10}", SEED_STYLES[k % len(SEED_STYLES)])
+    return out
 
 
 def _series(run: RunInfo, key: str) -> Curve | None:
@@ -124,14 +140,17 @@ def draw(panels: dict[str, list[Curve]], *, ncols: int = 4, title: str | None = 
     labels = sorted({c.label for cs in panels.values() for c in cs})
     steps = [x for cs in panels.values() for c in cs for x in c.steps]
     span = (min(steps) - 0.5, max(steps) + 0.5) if steps else None  # every panel spans the run's steps
-    colors = {lab: f"C{i % 10}" for i, lab in enumerate(labels)}
+    styles = line_styles(labels)
+    method_colors = {lab.split(" (")[0]: color for lab, (color, _) in styles.items()}
     for ax, (key, found) in zip(axes.flat, panels.items()):
         for c in found:
             validation = key.startswith("val/")
-            ax.plot(c.steps, c.values, label=c.label, color=colors[c.label], lw=1.4,
+            color, style = styles[c.label]
+            ax.plot(c.steps, c.values, label=c.label, color=color, ls=style, lw=1.4,
                     marker="o" if validation else None, ms=3)
         for label, value in (paper or {}).get(key, {}).items():
-            ax.axhline(value, color=colors.get(label, "grey"), ls="--", lw=1.0, alpha=0.8, gid=f"paper|{label}")
+            ax.axhline(value, color=method_colors.get(label.split(" (")[0], "grey"), ls="--", lw=1.0, alpha=0.8,
+                       gid=f"paper|{label}")
         ax.set_title(_title(key), fontsize=9)
         ax.set_xlabel("training step", fontsize=8)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers

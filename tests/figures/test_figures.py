@@ -120,6 +120,20 @@ def test_fig4_overlays_runs_with_method_labels(runs, tmp_path):
     assert_png(tmp_path / "fig4_dynamics.png")
 
 
+def test_fig4_runs_of_one_method_share_a_colour_and_differ_in_line_style(runs):
+    labels = [f"{m} (seed {k})" for m in ("OCSD", "GRPO", "RLSD") for k in range(4)] + ["SDAR", "OPSD"]
+    styles = fig4_dynamics.line_styles(labels)
+    assert len(set(styles.values())) == len(labels)  # fourteen runs, fourteen looks
+    for method in ("OCSD", "GRPO", "RLSD"):
+        assert len({styles[f"{method} (seed {k})"][0] for k in range(4)}) == 1
+    assert len({styles[lab][0] for lab in ("OCSD (seed 0)", "GRPO (seed 0)", "RLSD (seed 0)", "SDAR", "OPSD")}) == 5
+    fig = fig4_dynamics.draw(fig4_dynamics.curves(load_runs([runs["ocsd0"], runs["ocsd1"], runs["grpo0"]])))
+    ax = next(a for a in fig.axes if a.get_gid() == "reward_mean")
+    drawn = {line.get_label(): (line.get_color(), line.get_linestyle()) for line in ax.get_lines()}
+    assert drawn["OCSD (seed 0)"][0] == drawn["OCSD (seed 1)"][0] != drawn["GRPO"][0]
+    assert drawn["OCSD (seed 0)"][1] != drawn["OCSD (seed 1)"][1]
+
+
 def test_fig4_paper_reference_draws_the_papers_final_success(runs, tmp_path, capsys):
     from figures.paper import main_results
 
