@@ -41,7 +41,6 @@ Writes ``audit.md`` (with figures), ``audit.json`` and the design's word clouds 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from dataclasses import dataclass
@@ -58,7 +57,7 @@ from diagnostics.rescore import (Checkpoint, Rescorer, check_bootstrap, checkpoi
 from diagnostics.stats import DegenerateInputWarning
 from diagnostics.verdicts import audit_points
 from diagnostics.swap import swap_auroc, swap_drop, swap_plan, swap_scores
-from ocsd.cli import emit, fmt, format_table, jsonable, output_folder, positive_int
+from ocsd.cli import emit, fmt, format_table, output_folder, positive_int, write_json
 from ocsd.records import CHECKPOINT_COLUMN
 from ocsd.replay.render import RenderedStep
 from ocsd.replay.stored import stored_records
@@ -360,7 +359,7 @@ def build_audit(run, view, out_dir, **kwargs) -> dict:
     result["files"] = {k: str(v) for k, v in files.items()}
     (out_dir / "audit.md").write_text(_markdown(result, result["files"]))
     result["files"]["report"] = str(out_dir / "audit.md")
-    (out_dir / "audit.json").write_text(json.dumps(jsonable(result), indent=2, allow_nan=False) + "\n")
+    write_json(out_dir / "audit.json", result)
     return result
 
 

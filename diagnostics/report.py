@@ -13,7 +13,6 @@ Command::
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ from diagnostics.load import DiagData
 from diagnostics.options import command_parser, load_args
 from ocsd.cli import output_folder
 from diagnostics.wordtable import word_table
-from ocsd.cli import emit, fmt, jsonable, positive_int, run_main
+from ocsd.cli import emit, fmt, positive_int, run_main, write_json
 
 __all__ = ["diagnose", "build_report", "main"]
 
@@ -129,7 +128,7 @@ def build_report(data: DiagData, out_dir, *, n_boot: int = 1000, ci: float = 0.9
     result = {**computed, "files": files, "seconds": timings}
     (out_dir / "report.md").write_text(_markdown(result, data, n_boot=n_boot, ci=ci, top=top, source=source))
     files["report"] = str(out_dir / "report.md")
-    (out_dir / "report.json").write_text(json.dumps(jsonable(result), indent=2, allow_nan=False))
+    write_json(out_dir / "report.json", result)
     return result
 
 

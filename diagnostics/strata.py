@@ -38,7 +38,6 @@ Command::
 
 from __future__ import annotations
 
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -51,7 +50,7 @@ from diagnostics.bootstrap import as_generator, iter_cluster_counts, percentile_
 from diagnostics.load import SIGNALS, DiagData, DiagnosticsError
 from diagnostics.options import command_parser, load_args
 from diagnostics.stats import AurocEngine, DegenerateInputWarning
-from ocsd.cli import emit, format_table, jsonable, output_folder, positive_int, run_main
+from ocsd.cli import emit, format_table, output_folder, positive_int, run_main, write_json
 from ocsd.records import CHECKPOINT_COLUMN
 from ocsd.replay.schemas import action_family
 
@@ -314,7 +313,7 @@ def _main(argv: Sequence[str] | None) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         path = out / f"strata_{args.by}.json"
-        path.write_text(json.dumps(jsonable(result), indent=2, allow_nan=False) + "\n")
+        write_json(path, result)
         png = draw_strata(result, out, source=args.run or ", ".join(args.ckpt))
         text += f"wrote {path} and {png}\n"
     emit(args.json, result, text)

@@ -34,7 +34,6 @@ count and both scores) to ``--out`` (default ``DIR/swap``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ from diagnostics.rescore import (Checkpoint, Rescorer, check_bootstrap, checkpoi
                                  rescoring_main, rescoring_parser, run_checkpoints, run_label, stored_residual_gap,
                                  swapped_record)
 from diagnostics.stats import DegenerateInputWarning
-from ocsd.cli import emit, format_table, jsonable, output_folder
+from ocsd.cli import emit, format_table, output_folder, write_json
 from ocsd.records import PROGRESS_LABELS
 from ocsd.replay.stored import stored_records
 from ocsd.replay.views import ReplayView, StepRecord, get_view
@@ -363,7 +362,7 @@ def write_outputs(result: dict, steps: pd.DataFrame, out: str | Path) -> dict[st
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": str(out / "swap.json"), "steps": str(out / "swap_steps.csv")}
-    Path(files["json"]).write_text(json.dumps(jsonable(result), indent=2, allow_nan=False) + "\n")
+    write_json(files["json"], result)
     steps.to_csv(files["steps"], index=False)
     return files
 

@@ -19,7 +19,6 @@ Command::
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ import numpy as np
 
 from figures._common import FigureError, SkipFigure, check_run_dir, figure_parser, read_json_file
 from figures.drawing import add_caption, bar_chart, number, pyplot, save_figure, word_cloud
-from ocsd.cli import jsonable, run_main
+from ocsd.cli import run_main, write_json
 
 __all__ = ["diagnose_run", "read_report", "BarPanel", "bar_panels", "draw", "write_panels", "write_clouds", "build",
            "main"]
@@ -295,7 +294,7 @@ def build(run_dir, out_dir, *, report=None, n_boot: int = 1000, ci: float = 0.95
     finally:
         pyplot().close(fig)
     values = Path(out_dir) / f"{name}.json"
-    values.write_text(json.dumps(jsonable(result), indent=2, allow_nan=False) + "\n")
+    write_json(values, result)
     return [*paths, values]
 
 

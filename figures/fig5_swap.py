@@ -19,7 +19,6 @@ Command::
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ import numpy as np
 
 from figures._common import FigureError, SkipFigure, check_run_dir, figure_parser, read_json_file
 from figures.drawing import add_caption, number, pyplot, save_figure
-from ocsd.cli import jsonable, run_main
+from ocsd.cli import run_main, write_json
 
 __all__ = ["SWAP_FILE", "SwapInput", "Group", "swap_command", "read_swap", "find_inputs", "groups", "paper_groups",
            "draw", "caption", "build", "main"]
@@ -400,7 +399,7 @@ def build(run_dirs: Sequence = (), out_dir="figures_out", *, swap_files: Sequenc
               "per_checkpoint": per_checkpoint, "paper_reference": paper_reference,
               "inputs": [str(i.path) for i in inputs], "skipped": skipped}
     out = Path(out_dir) / f"{name}.json"
-    out.write_text(json.dumps(jsonable(values), indent=1, allow_nan=False) + "\n")
+    write_json(out, values, indent=1)
     return [*paths, out]
 
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 __all__ = ["UsageError", "SkipCommand", "positive_int", "non_negative_int", "folder_problem", "output_folder",
-           "jsonable", "fmt", "format_table", "emit", "run_main"]
+           "jsonable", "write_json", "fmt", "format_table", "emit", "run_main"]
 
 
 class UsageError(ValueError):
@@ -97,6 +97,19 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
+
+
+def write_json(path: str | os.PathLike, value: Any, *, indent: int = 2) -> Path:
+    """Write ``value`` (through :func:`jsonable`) as indented JSON with a final newline into ``path``; returns it.
+
+    Raises
+    ------
+    ValueError
+        ``value`` holds a non-finite float that :func:`jsonable` could not reach (say, as a dict key).
+    """
+    path = Path(path)
+    path.write_text(json.dumps(jsonable(value), indent=indent, allow_nan=False) + "\n")
+    return path
 
 
 def fmt(value: Any, digits: int = 3) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ocsd.cli import SkipCommand, UsageError, emit, fmt, format_table, jsonable, positive_int, run_main
+from ocsd.cli import SkipCommand, UsageError, emit, fmt, format_table, jsonable, positive_int, run_main, write_json
 from ocsd.records import RecordError
 
 
@@ -21,6 +21,14 @@ def test_jsonable_plain_types_and_non_finite():
     assert out == {"1": 3, "f": 0.5, "nan": None, "inf": None, "b": True, "a": [0, 1, 2], "p": "x/y", "t": [1, 2.5]}
     json.dumps(out, allow_nan=False)
     assert type(out["1"]) is int and type(out["b"]) is bool
+
+
+def test_write_json_writes_the_jsonable_value_with_a_final_newline(tmp_path):
+    value = {"auroc": np.float64(0.61), "ci": np.array([0.5, np.nan]), "n": np.int32(7)}
+    path = write_json(tmp_path / "result.json", value, indent=1)
+    text = path.read_text()
+    assert text.endswith("}\n") and text == json.dumps(jsonable(value), indent=1) + "\n"
+    assert json.loads(text) == {"auroc": 0.61, "ci": [0.5, None], "n": 7}
 
 
 @pytest.mark.parametrize("text, ok", [("1", 1), ("12", 12), ("0", None), ("-3", None), ("x", None)])
