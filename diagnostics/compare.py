@@ -40,7 +40,7 @@ def compare(a: Mapping | Sequence[Mapping], b: Mapping | Sequence[Mapping], *, n
     ValueError
         As :func:`diagnostics.runs.paired_task_difference`.
     """
-    a, b = ([a], [b]) if isinstance(a, Mapping) else (list(a), list(b))
+    a, b = ([x] if isinstance(x, Mapping) else list(x) for x in (a, b))
 
     def row(task_type: str | None) -> dict:
         diff = paired_task_difference(a, b, task_type=task_type, n_boot=n_boot, level=level, rng=seed)

@@ -305,7 +305,7 @@ def paired_task_difference(a: Mapping | Sequence[Mapping], b: Mapping | Sequence
         A result without ``episodes``, a task repeated, the results on different task sets, or sequences of
         different lengths.
     """
-    a, b = ([a], [b]) if isinstance(a, Mapping) else (list(a), list(b))
+    a, b = ([x] if isinstance(x, Mapping) else list(x) for x in (a, b))
     if not a or len(a) != len(b):
         raise ValueError(f"paired seeds need as many evaluations on each side, got {len(a)} and {len(b)}")
     means = [(task_means(x, task_type), task_means(y, task_type)) for x, y in zip(a, b)]
