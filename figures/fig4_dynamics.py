@@ -51,13 +51,18 @@ SEED_STYLES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (6, 2, 1, 2)))
 """Line styles of the runs of one method, in label order (the method sets the colour)."""
 
 
+def _method(label: str) -> str:
+    """The method of a run label: the label before `` (`` (``OCSD`` of ``OCSD (seed 2)``)."""
+    return label.split(" (")[0]
+
+
 def line_styles(labels: Sequence[str]) -> dict[str, tuple[str, object]]:
-    """``{label: (colour, line style)}``: one colour per method (the label before `` (``, as in
-    ``OCSD (seed 2)``), and one line style per run of that method, so that a dozen runs stay apart."""
-    bases = sorted({lab.split(" (")[0] for lab in labels})
+    """``{label: (colour, line style)}``: one colour per method (:func:`_method`), and one line style per run of
+    that method, so that a dozen runs stay apart."""
+    bases = sorted({_method(lab) for lab in labels})
     out, count = {}, {}
     for lab in sorted(labels):
-        base = lab.split(" (")[0]
+        base = _method(lab)
         k = count[base] = count.get(base, -1) + 1
         out[lab] = (f"C{bases.index(base) % 10}", SEED_STYLES[k % len(SEED_STYLES)])
     return out
@@ -141,7 +146,7 @@ def draw(panels: dict[str, list[Curve]], *, ncols: int = 4, title: str | None = 
     steps = [x for cs in panels.values() for c in cs for x in c.steps]
     span = (min(steps) - 0.5, max(steps) + 0.5) if steps else None  # every panel spans the run's steps
     styles = line_styles(labels)
-    method_colors = {lab.split(" (")[0]: color for lab, (color, _) in styles.items()}
+    method_colors = {_method(lab): color for lab, (color, _) in styles.items()}
     for ax, (key, found) in zip(axes.flat, panels.items()):
         for c in found:
             validation = key.startswith("val/")
@@ -149,7 +154,7 @@ def draw(panels: dict[str, list[Curve]], *, ncols: int = 4, title: str | None = 
             ax.plot(c.steps, c.values, label=c.label, color=color, ls=style, lw=1.4,
                     marker="o" if validation else None, ms=3)
         for label, value in (paper or {}).get(key, {}).items():
-            ax.axhline(value, color=method_colors.get(label.split(" (")[0], "grey"), ls="--", lw=1.0, alpha=0.8,
+            ax.axhline(value, color=method_colors.get(_method(label), "grey"), ls="--", lw=1.0, alpha=0.8,
                        gid=f"paper|{label}")
         ax.set_title(_title(key), fontsize=9)
         ax.set_xlabel("training step", fontsize=8)
