@@ -1,5 +1,5 @@
 """Steps per second of an ALFWorld batch, side by side: in-process with TextWorld's own text generation,
-in-process with :func:`training.envs.alfworld_engine.fast_text_generation`, and worker processes.
+in-process with :func:`training.envs.alfworld.engine.fast_text_generation`, and worker processes.
 
     python -m benchmarks.alfworld_env [--data DIR] [--batch 16] [--steps 20] [--workers 2]
 
@@ -25,7 +25,7 @@ def textworld_own_text_generation():
     """TextWorld's own template parsing and context copies in this process while the block runs."""
     import textworld.envs.pddl.textgen as textgen
 
-    from training.envs import alfworld_engine
+    from training.envs.alfworld import engine as alfworld_engine
 
     alfworld_engine.fast_text_generation()
     fast = textgen._parse_and_convert, textgen.copy_context

@@ -29,10 +29,10 @@ ACTIONS = ("look", "go to cabinet 1", "open drawer 2", "take apple 1 from counte
 def episodes(games: str, n: int, tokenizer, renderer, rng: np.random.Generator):
     """``n`` episodes of at most 15 steps on generated games, answered without a model."""
     from training.config import make_config
-    from training.demonstrations import response_ids
+    from training.warm_start.demonstrations import response_ids
     from training.envs.alfworld import AlfworldBatchEnv, expert_walkthrough
-    from training.envs.games import GameSource
-    from training.rollout import GenerationSettings, rollout
+    from training.envs.alfworld.tasks import GameSource
+    from training.rollout.loop import GenerationSettings, rollout
 
     cfg = make_config(dict(data="generated", games_dir=games, n_train_games=24, n_val_games=1, seed=0,
                            progress=False))

@@ -58,7 +58,7 @@ def build_policy(args, model: str):
 
 def play(policy, mode: str, step: int) -> dict:
     """One rollout of ``step``'s tasks in ``mode``: wall seconds, new tokens and the rollout's timings."""
-    from training.engines import response_token_count
+    from training.rollout.engines import response_token_count
     from training.pipeline import step_tasks
 
     base = policy.cfg

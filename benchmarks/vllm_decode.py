@@ -6,7 +6,7 @@ Answers two questions about ``rollout_engine=vllm`` before anything is built on 
    If the time of a decoding step barely grows from 64 to 256 sequences, it is the per-step work.
 2. Does vLLM's engine in a process of its own (``VLLM_ENABLE_V1_MULTIPROCESSING=1``: scheduling and output
    handling overlap the GPU) decode faster than the engine in the trainer's process (what
-   :class:`training.engines.VLLMEngine` runs), and can weights still be pushed to it in memory?
+   :class:`training.rollout.engines.VLLMEngine` runs), and can weights still be pushed to it in memory?
 
 Each mode runs in a fresh child process (the setting is read when the engine starts), on SmolLM2-135M's
 architecture with random weights, with the same random prompts (``--prompt-len`` tokens, +-30%), every
@@ -46,10 +46,10 @@ def _pack(weights: dict) -> dict:
 
 def _push(worker, weights) -> None:
     """Run in vLLM's worker: load ``{name: tensor}``, or the same packed by :func:`_pack`, into the model
-    (:func:`training.engines._load_weights`, what the trainer's engine runs)."""
+    (:func:`training.rollout.engines._load_weights`, what the trainer's engine runs)."""
     import torch
 
-    from training.engines import _load_weights
+    from training.rollout.engines import _load_weights
 
     _load_weights(worker, {k: v if isinstance(v, torch.Tensor) else
                            torch.frombuffer(bytearray(v[0]), dtype=torch.uint8).view(getattr(torch, v[2])).reshape(v[1])

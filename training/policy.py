@@ -18,7 +18,7 @@ import torch
 from ocsd.replay.prompts import PromptRenderer
 from ocsd.replay.scoring import ReplayScorer, response_logprobs
 from training.config import TrainConfig
-from training.rollout import GenerationSettings, Trajectory, rollout, timed
+from training.rollout.loop import GenerationSettings, Trajectory, rollout, timed
 
 
 def policy_tokenizer(model: str):
@@ -206,9 +206,9 @@ class Policy:
 
     @property
     def engine(self):
-        """The rollout engine of ``cfg.rollout_engine`` (:mod:`training.engines`), built on first use."""
+        """The rollout engine of ``cfg.rollout_engine`` (:mod:`training.rollout.engines`), built on first use."""
         if self._engine is None:
-            from training.engines import make_engine
+            from training.rollout.engines import make_engine
 
             cfg = self.cfg
             self._engine = make_engine(cfg.rollout_engine, self.model,

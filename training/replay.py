@@ -20,7 +20,7 @@ from ocsd.replay.prompts import PromptRenderer
 from ocsd.replay.scoring import PendingScores, ReplayScorer, ScoreItem
 from ocsd.replay.render import render_steps
 from ocsd.replay.views import StepRecord
-from training.rollout import StepSample, Trajectory
+from training.rollout.loop import StepSample, Trajectory
 
 StepKey = tuple[int, int]  # (trajectory index, step index)
 PIPELINE_CHUNKS = 4  # pieces of the selected steps on CUDA: render one while the GPU scores the last
@@ -124,7 +124,7 @@ def replay_tables(
     tokenizer,
     views: Sequence[str] = RECORDED_VIEWS,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The ``steps`` and ``tokens`` tables of shared/CONTRACT.md for one checkpoint.
+    """The ``steps`` and ``tokens`` tables of docs/replay-format.md for one checkpoint.
 
     Step rows carry the optional context columns (:data:`ocsd.records.CONTEXT_COLUMNS`) that let the
     re-scoring diagnostics render a stored step again. Every step of every trajectory gets a step row; token rows exist for scored steps only. ``rewards``

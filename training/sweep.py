@@ -2,7 +2,7 @@
 
 Runs the grid methods x rho x beta x seeds of ``python -m training.train``, one run folder per cell::
 
-    OUT/<method>_rho<rho>_beta<beta>_seed<seed>/   the cell's run folder (shared/CONTRACT.md layout)
+    OUT/<method>_rho<rho>_beta<beta>_seed<seed>/   the cell's run folder (docs/replay-format.md layout)
     OUT/logs/<cell>.log                             the cell's stdout and stderr
     OUT/index.json                                  the list of cells, rewritten as cells finish
 

@@ -1,7 +1,7 @@
 """``python -m training.train --config training/configs/<name>.yaml [key=value ...]``
 
 Trains a policy with one of the registered methods and writes a run folder in the replay-score
-layout (shared/CONTRACT.md). ``--help-config`` lists every key with its default and meaning.
+layout (docs/replay-format.md). ``--help-config`` lists every key with its default and meaning.
 
 Exit status: 0 done, 1 the run stopped (its last checkpoint is kept), 2 a config error or a ``run_dir``
 that is in use or holds something the run must not replace (nothing is written then), 130 Ctrl-C.

@@ -16,7 +16,8 @@ One training step:
 6. every ``save_freq`` steps a checkpoint: ``actor/`` (weights, optimizer, RNG state), then
    ``replay/`` with ``meta.json`` last; ``metrics.jsonl`` every step, validation every ``test_freq``.
 
-Steps 1-4 and the checkpoint's ``replay/`` tables are :mod:`training.pipeline`, which
+Steps 2-5 are :func:`training.pipeline.step_advantages`, the step pipeline the veRL backend runs as well;
+step 1, the statistics of steps 2-3 and the checkpoint's ``replay/`` tables are :mod:`training.pipeline`, which
 ``python -m training.collect`` runs as well. A crash or Ctrl-C leaves the last complete checkpoint;
 ``resume=true`` (the default) continues from it to the same result as an uninterrupted run with the
 same seed.
@@ -45,11 +46,11 @@ from ocsd.environments import get_environment
 from ocsd.records import (LOCK_FILE, METRICS_FILE, RECORDED_VIEWS, RUN_FILE, RecordError, RunLock,
                           RunWriter, checkpoint_dirs, checkpoint_folders, read_run_info, write_replay)
 from training.config import TrainConfig
-from training.pipeline import (collect_batch, method_advantages, record_tables, replay_meta, score_selected,
-                               step_metrics, step_tasks, token_inputs)
+from training.pipeline import (Scoring, StepAdvantages, forward_scoring, record_tables, replay_meta, rollout_batch,
+                               step_advantages, step_metrics, step_tasks)
 from training.policy import Policy, load_policy, timed, write_actor
-from training.replay import ReplayScores, StepKey
-from training.rollout import Trajectory
+from training.replay import ReplayScores
+from training.rollout.loop import Trajectory
 from training.teachers import teacher_context
 from training.update import LossSettings, UpdateBatch, ppo_update
 
@@ -279,64 +280,74 @@ class Trainer:
 
     # -- one step -------------------------------------------------------------------------------
 
-    def _teacher_logp(self, trajs: list[Trajectory], keys: list[StepKey]) -> torch.Tensor:
-        """Old-policy log-probs of every response under the privileged teacher context (baselines).
-
-        The teacher prompt is SDAR's: the skill prefix in front of the student's chat-templated rollout
-        prompt, tokenised again and cut to ``max_prompt_length`` from the left (:mod:`training.teachers`).
-        """
-        context = teacher_context(self.tokenizer, self.cfg.env, self.cfg.max_prompt_length)
-        return self.policy.logprobs([(context(trajs[t], trajs[t].steps[k]), trajs[t].steps[k].response_ids)
-                                     for t, k in keys])[0]
+    def _scoring(self, trajs: list[Trajectory], views: list[str], timings: dict[str, float]) -> Scoring:
+        """How a training step scores: the selected steps' ``views`` rendered again and scored by the policy's replay
+        scorer, and for the baselines with a privileged teacher every response under the teacher's prompt by the
+        policy's forward pass (SDAR's: the skill prefix in front of the student's chat-templated rollout prompt,
+        tokenised again and cut to ``max_prompt_length`` from the left, :mod:`training.teachers`)."""
+        cfg = self.cfg
+        context = (teacher_context(self.tokenizer, cfg.env, cfg.max_prompt_length) if self.spec.privileged_teacher
+                   else None)
+        return forward_scoring(trajs, views, scorer=self.policy.scorer, renderer=self.renderer,
+                               logprobs=self.policy.logprobs, teacher_context=context, env_name=cfg.env,
+                               max_prompt_length=cfg.max_prompt_length, timings=timings)
 
     def train_step(self, step: int) -> dict:
         """Run one training step; returns its metrics row (and writes a checkpoint when due)."""
         cfg, spec, timings = self.cfg, self.spec, {}
         is_ckpt = step % cfg.save_freq == 0 or step == cfg.total_steps
         with timed(timings, "time/step"):
-            trajs, stats = collect_batch(self.policy, step, selection=spec.selection, rho=cfg.rho, timings=timings)
+            trajs = rollout_batch(self.policy, step, timings=timings)
             if step < cfg.total_steps and not self._validates(step):
                 # the next step's games load in the environment workers during this step's GPU phases
                 self.policy.prefetch(step_tasks(self.policy, step + 1), env_seed=step + 1)
-            keys, pairs, old_logp, mask = stats.keys, stats.pairs, stats.old_logp, stats.mask
-            ref_logp = None
-            if cfg.kl_coef > 0:
-                with timed(timings, "time/ref_logprob"), reference_policy(self.model, self.ref_model) as ref:
-                    ref_logp = self.policy.logprobs(pairs, model=ref)[0]
             recorded = set(RECORDED_VIEWS) - {"student"} if is_ckpt and cfg.write_replay else set()
-            scores = score_selected(self.policy, trajs, stats, sorted(set(spec.replay_views) | recorded), timings)
-            teacher_logp = None
-            if spec.privileged_teacher:
-                with timed(timings, "time/teacher_logprob"):
-                    teacher_logp = self._teacher_logp(trajs, keys)
-            with timed(timings, "time/advantage"):
-                inputs = token_inputs(spec, stats, scores, teacher_logp)
-                token_adv = method_advantages(spec, inputs, cfg, step)
-            with timed(timings, "time/update"):
-                for group in self.optimizer.param_groups:
-                    group["lr"] = self._lr(step)
-                try:
-                    update_metrics = ppo_update(
-                        self.model, self.optimizer, spec,
-                        UpdateBatch([p for p, _ in pairs], [r for _, r in pairs], old_logp, token_adv, mask,
-                                    ref_logp=ref_logp, teacher_logp=teacher_logp),
-                        self.loss_settings, epochs=cfg.ppo_epochs, mini_batches=cfg.mini_batches,
-                        mini_batch_size=cfg.ppo_mini_batch_size, rng=self.policy.rng(step, 4))
-                except FloatingPointError as exc:
-                    raise TrainingError(f"step {step}: {exc}; the run stops and keeps its last checkpoint "
-                                        f"in {cfg.run_dir}") from exc
-                self.policy.weights_updated()
-            row = {**step_metrics(spec, step, trajs, stats, inputs, token_adv, scores), **update_metrics}
+            views = sorted(set(spec.replay_views) | recorded)
+            batch = step_advantages(trajs, spec=spec, cfg=cfg, step=step, old_logprobs=self.policy.logprobs,
+                                    score=self._scoring(trajs, views, timings), timings=timings)
+            update_metrics = self._update(step, batch, timings)
+            row = {**step_metrics(spec, step, trajs, batch.stats, batch.inputs, batch.token_adv, batch.scores),
+                   **update_metrics}
             if is_ckpt:
                 with timed(timings, "time/save_checkpoint"):
-                    steps_df, tokens_df = record_tables(trajs, stats, scores if cfg.write_replay else ReplayScores(),
-                                                        RECORDED_VIEWS, global_step=step, tokenizer=self.tokenizer)
-                    meta = replay_meta(cfg, global_step=step, model=cfg.model, method=cfg.method, views=RECORDED_VIEWS,
-                                       selection=spec.selection, scores=scores)
-                    self.save_checkpoint(step, steps_df, tokens_df, meta)
+                    self._record(step, trajs, batch)
         row.update({name: 0.0 for name in REQUIRED_TIMINGS})
         row.update(timings)
         return row
+
+    def _update(self, step: int, batch: StepAdvantages, timings: dict[str, float]) -> dict:
+        """The reference policy's log-probs for the KL loss (``time/ref_logprob``) and the PPO update of the batch
+        (``time/update``); returns the update's metrics."""
+        cfg, stats = self.cfg, batch.stats
+        ref_logp = None
+        if cfg.kl_coef > 0:
+            with timed(timings, "time/ref_logprob"), reference_policy(self.model, self.ref_model) as ref:
+                ref_logp = self.policy.logprobs(stats.pairs, model=ref)[0]
+        with timed(timings, "time/update"):
+            for group in self.optimizer.param_groups:
+                group["lr"] = self._lr(step)
+            try:
+                metrics = ppo_update(
+                    self.model, self.optimizer, self.spec,
+                    UpdateBatch([p for p, _ in stats.pairs], [r for _, r in stats.pairs], stats.old_logp,
+                                batch.token_adv, stats.mask, ref_logp=ref_logp, teacher_logp=batch.teacher_logp),
+                    self.loss_settings, epochs=cfg.ppo_epochs, mini_batches=cfg.mini_batches,
+                    mini_batch_size=cfg.ppo_mini_batch_size, rng=self.policy.rng(step, 4))
+            except FloatingPointError as exc:
+                raise TrainingError(f"step {step}: {exc}; the run stops and keeps its last checkpoint "
+                                    f"in {cfg.run_dir}") from exc
+            self.policy.weights_updated()
+        return metrics
+
+    def _record(self, step: int, trajs: list[Trajectory], batch: StepAdvantages) -> Path:
+        """The checkpoint of ``step``: the replay records of the batch and the actor (:meth:`save_checkpoint`)."""
+        cfg = self.cfg
+        scores = batch.scores if cfg.write_replay else ReplayScores()
+        steps_df, tokens_df = record_tables(trajs, batch.stats, scores, RECORDED_VIEWS, global_step=step,
+                                            tokenizer=self.tokenizer)
+        meta = replay_meta(cfg, global_step=step, model=cfg.model, method=cfg.method, views=RECORDED_VIEWS,
+                           selection=self.spec.selection, scores=batch.scores)
+        return self.save_checkpoint(step, steps_df, tokens_df, meta)
 
     def _lr(self, step: int) -> float:
         warm = int(self.cfg.warmup_ratio * self.cfg.total_steps)

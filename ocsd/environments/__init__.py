@@ -11,11 +11,11 @@ environments up with :func:`get_environment` and never branches on their names.
 name       display     aliases                        step cap  evaluation                    runtime
 =========  ==========  =============================  ========  ============================  ===============
 alfworld   ALFWorld    alfred                         50        valid_seen, valid_unseen:     training.envs.
-                                                                success rate per task type    alfworld_runtime
+                                                                success rate per task type    alfworld.runtime
 webshop    WebShop                                    15        test: score, success rate     training.envs.
-                                                                per category                  webshop_runtime
+                                                                per category                  webshop.runtime
 searchqa   Search-QA   search-qa, search_qa, search   4         seven datasets: EM (ID, OOD,  training.envs.
-                                                                average)                      searchqa_runtime
+                                                                average)                      searchqa.runtime
 =========  ==========  =============================  ========  ============================  ===============
 
 Registering an environment: write a module that builds its spec and calls :func:`register_environment`

@@ -34,7 +34,7 @@ inventory look slice`` and their ``-s``/``-ing``/past-tense forms, plus ``pick``
 object and receptacle classes, lower-cased as the game prints them, their plurals and the parts of
 compound class names (:func:`alfworld_vocabulary`).
 
-Runtime: :data:`training.envs.alfworld_runtime.RUNTIME`. Step cap 50; evaluation on ``valid_seen`` and
+Runtime: :data:`training.envs.alfworld.runtime.RUNTIME`. Step cap 50; evaluation on ``valid_seen`` and
 ``valid_unseen``, success rate overall and per task type (paper appendix "Evaluation Protocol").
 """
 
@@ -240,6 +240,6 @@ ALFWORLD = register_environment(EnvironmentSpec(
     skills=skill_text,
     max_steps=50,
     evaluation=EvaluationProtocol(splits=("valid_seen", "valid_unseen"), metrics=("success_rate", "per_type")),
-    runtime="training.envs.alfworld_runtime:RUNTIME",
+    runtime="training.envs.alfworld.runtime:RUNTIME",
 ))
 """The ALFWorld entry."""

@@ -10,7 +10,7 @@
   ``other``.
 
 Whether a step made progress is the engine's judgement (ALFWorld: the step reached a world state not
-seen earlier in the episode, see :mod:`training.envs.alfworld_game`); these rules only read text.
+seen earlier in the episode, see :mod:`training.envs.alfworld.game`); these rules only read text.
 The label values are those of the replay-score format (:data:`ocsd.records.FEEDBACK_LABELS`,
 :data:`ocsd.records.PROGRESS_LABELS`).
 """

@@ -20,10 +20,10 @@ passage not shown earlier in the episode or the answer is correct, else ``no_pro
 the action's family, ``search`` or ``answer``.
 
 Task types are the seven datasets and the question families generated from the CIA World Factbook for the
-offline default (:mod:`training.envs.searchqa_factbook`). Step cap 4; evaluation on the seven datasets (NQ
+offline default (:mod:`training.envs.searchqa.factbook`). Step cap 4; evaluation on the seven datasets (NQ
 and HotpotQA in domain, the other five out of domain), Exact Match micro-averaged over the in-domain,
 out-of-domain and all datasets (paper appendix "Evaluation Protocol"). The runtime is
-:data:`training.envs.searchqa_runtime.RUNTIME`.
+:data:`training.envs.searchqa.runtime.RUNTIME`.
 """
 
 from __future__ import annotations
@@ -133,6 +133,6 @@ SEARCHQA = register_environment(EnvironmentSpec(
     task_types=DATASETS + GENERATED_FAMILIES,
     max_steps=4,
     evaluation=EvaluationProtocol(splits=DATASETS, metrics=("em_id", "em_ood", "em_avg")),
-    runtime="training.envs.searchqa_runtime:RUNTIME",
+    runtime="training.envs.searchqa.runtime:RUNTIME",
 ))
 """The Search-QA entry."""

@@ -19,7 +19,7 @@ operator is the verb before the bracket (``search``, ``click``).
 
 Task types are WebShop's five product categories. Step cap 15; evaluation reports the environment's task
 score (mean purchase reward in [0, 1]; tables show it in percent) and the success rate (score 1), overall
-and per category (paper appendix "Evaluation Protocol"). The runtime is :data:`training.envs.webshop_runtime.RUNTIME`.
+and per category (paper appendix "Evaluation Protocol"). The runtime is :data:`training.envs.webshop.runtime.RUNTIME`.
 """
 
 from __future__ import annotations
@@ -125,6 +125,6 @@ WEBSHOP = register_environment(EnvironmentSpec(
     task_types=CATEGORIES,
     max_steps=15,
     evaluation=EvaluationProtocol(splits=("test",), metrics=("score", "success_rate", "per_type")),
-    runtime="training.envs.webshop_runtime:RUNTIME",
+    runtime="training.envs.webshop.runtime:RUNTIME",
 ))
 """The WebShop entry."""

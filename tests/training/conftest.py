@@ -34,7 +34,7 @@ def no_user_data(monkeypatch):
 def alfworld_games(tmp_path_factory) -> Path:
     _need_alfworld()
     from training.config import make_config
-    from training.envs.games import GameSource
+    from training.envs.alfworld.tasks import GameSource
 
     folder = tmp_path_factory.mktemp("cmd_games")
     cfg = make_config(dict(data="generated", games_dir=str(folder), n_train_games=2, n_val_games=2, seed=0,

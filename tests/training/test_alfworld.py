@@ -13,7 +13,7 @@ pytest.importorskip("fast_downward", reason="textworld[pddl]==1.7.0 is not insta
 from training.envs.alfworld import (AlfworldBatchEnv, AlfworldDataError, AlfworldGame,  # noqa: E402
                                     InvalidPenalty, expert_walkthrough, generate_game, load_games,
                                     play, scan_games)
-from training.envs.alfworld_game import user_data_folder  # noqa: E402
+from training.envs.alfworld.game import user_data_folder  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
@@ -100,7 +100,7 @@ def test_generator_deterministic_and_splits_disjoint(tmp_path, generated):
 
 
 def test_generated_games_same_order_generated_and_loaded(tmp_path):
-    from training.envs.games import generated_games
+    from training.envs.alfworld.tasks import generated_games
 
     fresh = generated_games(tmp_path, 3, "train", seed=0, progress=False)
     loaded = generated_games(tmp_path, 3, "train", seed=0, progress=False)
@@ -180,7 +180,7 @@ def test_batch_env(generated, workers):
 
 def _cli_error(argv, capsys) -> str:
     """The stderr of ``python -m training.envs.alfworld`` refusing ``argv`` with exit status 2."""
-    from training.envs.alfworld import main
+    from training.envs.alfworld.__main__ import main
 
     with pytest.raises(SystemExit) as info:
         main(argv)
@@ -266,7 +266,7 @@ def test_fast_text_generation_changes_nothing(generated, monkeypatch):
 
     import textworld.envs.pddl.textgen as textgen
 
-    from training.envs import alfworld_engine
+    from training.envs.alfworld import engine as alfworld_engine
 
     _, specs = generated
 
@@ -343,7 +343,7 @@ def test_batch_env_submit_collect_plays_like_step(generated, workers):
 
 
 def _generate_three(out: str) -> list[str]:
-    from training.envs.games import generated_games
+    from training.envs.alfworld.tasks import generated_games
 
     return [g.path for g in generated_games(Path(out), 3, "train", seed=5, progress=False)]
 

@@ -12,7 +12,7 @@ from ocsd.algorithm.advantages import linear_decay
 from ocsd.algorithm.methods import get_method
 from ocsd.replay.prompts import PromptRenderer
 from training.config import make_config
-from training.rollout import StepSample, Trajectory
+from training.rollout.loop import StepSample, Trajectory
 from training.teachers import SKILL_HEADER, skill_prefix, skill_text, teacher_prompt_ids
 from training.trainer import Trainer
 from training.update import LossSettings, UpdateBatch, _actor_config, policy_loss
@@ -60,6 +60,8 @@ def test_teacher_prompt_is_cut_from_the_left(smollm2_tokenizer):
 
 
 class _RecordingPolicy:
+    scorer = None  # no replay view is scored here
+
     def __init__(self):
         self.pairs = None
 
@@ -84,8 +86,8 @@ def test_trainer_scores_the_teacher_on_sdar_prompts(smollm2_tokenizer):
     trajs = [_trajectory(renderer, "pick", [[5, 6], [7]]), _trajectory(renderer, "cool", [[8, 9, 10]])]
     keys = [(0, 1), (1, 0), (0, 0)]
     fake = SimpleNamespace(cfg=SimpleNamespace(env="alfworld", max_prompt_length=2048), tokenizer=tok,
-                           renderer=renderer, policy=_RecordingPolicy())
-    Trainer._teacher_logp(fake, trajs, keys)
+                           renderer=renderer, policy=_RecordingPolicy(), spec=SimpleNamespace(privileged_teacher=True))
+    Trainer._scoring(fake, trajs, [], {})(SimpleNamespace(keys=keys))  # the teacher's part of a step's scoring
     expected = []
     for t, k in keys:
         step = trajs[t].steps[k]

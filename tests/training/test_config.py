@@ -103,7 +103,7 @@ def test_shipped_configs_are_valid(path):
 
 @pytest.mark.parametrize("path", SFT_CONFIGS, ids=[p.name for p in SFT_CONFIGS])
 def test_shipped_sft_configs_are_valid(path):
-    from training.sft import SFTConfig
+    from training.warm_start.sft import SFTConfig
 
     cfg = load_config(path, ["device=cpu"], cls=SFTConfig)
     assert cfg.model == "smollm2" and cfg.data == "generated"
@@ -217,3 +217,13 @@ def test_max_steps_defaults_to_the_environments_step_cap(env, cap):
     assert make_config(dict(env=env, data="generated", max_steps=3)).max_steps == 3
     with pytest.raises(ConfigError, match=r"^max_steps=0: must be"):
         make_config(dict(env=env, data="generated", max_steps=0))
+
+
+def test_catalogue_names_are_models(tmp_path, monkeypatch):
+    from training.config import model_problem
+
+    monkeypatch.setenv("OCSD_CACHE", str(tmp_path))  # nothing installed there
+    assert model_problem("smollm2") is None and model_problem("tiny") is None  # SmolLM2 converts on first use
+    problem = model_problem("qwen2.5-coder-1.5b")
+    assert "not installed" in problem and "python -m ocsd.replay.catalog fetch qwen2.5-coder-1.5b" in problem
+    assert "offline catalogue" in model_problem("qwen9")

@@ -41,7 +41,7 @@ def test_demo_trains_and_the_report_and_figures_run(tmp_path):
     assert (run / "report" / "report.md").exists()
     signals = json.loads((run / "report" / "report.json").read_text())["auroc"]["signals"]
     assert all(math.isfinite(v["auroc"]) and math.isfinite(v["ci_low"]) for v in signals.values()), signals
-    swap = subprocess.run([sys.executable, "-m", "diagnostics.swap", "--run", str(run), "--no-progress"],
+    swap = subprocess.run([sys.executable, "-m", "rescoring.swap", "--run", str(run), "--no-progress"],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert swap.returncode == 0, swap.stderr[-3000:]
     result = json.loads((run / "swap" / "swap.json").read_text())

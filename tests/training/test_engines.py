@@ -13,9 +13,9 @@ pytest.importorskip("peft")
 
 from ocsd.replay.models import tiny_model  # noqa: E402
 from training.config import ConfigError, make_config  # noqa: E402
-from training.engines import (EngineError, HFEngine, finished_ids, make_engine, merged_weights,  # noqa: E402
-                              response_token_count)
-from training.rollout import GenerationSettings, generate  # noqa: E402
+from training.rollout.engines import (EngineError, HFEngine, finished_ids, make_engine, merged_weights,  # noqa: E402
+                                      response_token_count)
+from training.rollout.loop import GenerationSettings, generate  # noqa: E402
 
 
 def _lora(model, seed: int):
@@ -113,7 +113,7 @@ def test_unknown_engine_is_refused():
 
 
 def test_vllm_engine_needs_cuda():
-    from training.engines import VLLMEngine
+    from training.rollout.engines import VLLMEngine
 
     with pytest.raises(EngineError, match="needs device=cuda"):
         VLLMEngine(tiny_model(vocab_size=64, seed=0), max_model_len=64)

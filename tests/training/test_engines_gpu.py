@@ -27,8 +27,8 @@ pytestmark = [
 from ocsd.replay.models import (ModelNotFoundError, load_model, load_tokenizer, resolve_model,  # noqa: E402
                                smollm2_architecture)
 from ocsd.replay.prompts import PromptRenderer, interaction_text  # noqa: E402
-from training.engines import VLLMEngine, merged_weights  # noqa: E402
-from training.rollout import GenerationSettings, generate  # noqa: E402
+from training.rollout.engines import VLLMEngine, merged_weights  # noqa: E402
+from training.rollout.loop import GenerationSettings, generate  # noqa: E402
 
 BF16_ULPS = 2
 """Greedy choices of the two engines may part where the trainer's top-2 logit gap is at most this many

@@ -17,7 +17,7 @@ import numpy as np
 from diagnostics.runs import task_bootstrap
 from training.envs.runtime import EnvironmentRuntime, success_metrics
 from training.evaluate import BOOTSTRAP_SAMPLES, CI_LEVEL, EvalSampling, evaluate, main
-from training.rollout import StepSample, Trajectory
+from training.rollout.loop import StepSample, Trajectory
 
 pytestmark = pytest.mark.usefixtures("no_user_data")
 
@@ -65,7 +65,7 @@ def test_base_model_table(tmp_path, tiny_overrides, capsys):
 
 
 def test_real_valid_seen_split_is_found():
-    from training.envs.alfworld_game import user_data_folder
+    from training.envs.alfworld.game import user_data_folder
 
     root = user_data_folder() or str(REPO.parent / "shared" / "alfworld")
     if not list(Path(root).glob("**/json_2.1.1")):
@@ -79,8 +79,8 @@ def test_real_valid_seen_split_is_found():
 
 
 def test_alfworld_runtime_resolves():
-    from training.envs.alfworld_engine import AlfworldDataError
-    from training.envs.games import GameSource
+    from training.envs.alfworld.engine import AlfworldDataError
+    from training.envs.alfworld.tasks import GameSource
 
     spec = get_environment("alfworld")
     runtime = spec.load_runtime()

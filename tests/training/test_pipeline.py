@@ -14,7 +14,7 @@ from ocsd.records import META_KEYS
 from training.config import make_config
 from training.pipeline import batch_statistics, replay_meta
 from training.replay import ReplayScores
-from training.rollout import StepSample, Trajectory
+from training.rollout.loop import StepSample, Trajectory
 
 
 class StubPolicy:

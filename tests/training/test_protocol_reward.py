@@ -81,7 +81,7 @@ def test_paper_config_uses_sdars_protocol():
 @pytest.fixture(scope="module")
 def games(tmp_path_factory):
     pytest.importorskip("alfworld", reason="the ALFWorld engine (envs extra) is not installed")
-    from training.envs.games import GameSource
+    from training.envs.alfworld.tasks import GameSource
 
     cfg = make_config(dict(data="generated", games_dir=str(tmp_path_factory.mktemp("games")), n_train_games=2,
                            n_val_games=1, progress=False))

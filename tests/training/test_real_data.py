@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from training.config import GENERATED, ConfigError, load_config, make_config
-from training.envs.alfworld_engine import AlfworldDataError
+from training.envs.alfworld.engine import AlfworldDataError
 
 pytestmark = pytest.mark.usefixtures("no_user_data")
 
@@ -53,7 +53,7 @@ def test_generated_games_only_when_asked_for(tmp_path, monkeypatch):
 
 
 def test_unset_data_is_refused_where_games_are_loaded():
-    from training.envs.games import GameSource
+    from training.envs.alfworld.tasks import GameSource
 
     cfg = make_config({})  # a config is valid without data; loading its games is not
     with pytest.raises(ConfigError, match="^data: no games named"):
@@ -68,7 +68,7 @@ def test_missing_data_folder_is_refused():
 
 
 def test_generated_games_announce_their_origin(alfworld_games, capsys):
-    from training.envs.games import GameSource
+    from training.envs.alfworld.tasks import GameSource
 
     cfg = make_config(dict(data="generated", games_dir=str(alfworld_games), n_train_games=2, n_val_games=2,
                            progress=False))
@@ -79,7 +79,7 @@ def test_generated_games_announce_their_origin(alfworld_games, capsys):
 
 
 def test_real_games_announce_their_origin(capsys):
-    from training.envs.games import GameSource
+    from training.envs.alfworld.tasks import GameSource
 
     root = ROOT.parent / "shared" / "alfworld"
     if not (root / "json_2.1.1" / "valid_seen").is_dir():
@@ -92,7 +92,7 @@ def test_real_games_announce_their_origin(capsys):
 def test_task_types_choose_the_games(alfworld_games, tmp_path):
     """``task_types`` keeps generated and real games of those types; generated game i has the i-th type in turn,
     so a cache holding other types' games is reused only where they match."""
-    from training.envs.games import GameSource
+    from training.envs.alfworld.tasks import GameSource
 
     folder = tmp_path / "games"
     shutil.copytree(alfworld_games, folder)  # seed-0 games of all types: game 0 is a pick game

@@ -8,7 +8,7 @@ from ocsd.replay.prompts import PromptRenderer
 from ocsd.replay.render import render_views
 from ocsd.replay.scoring import ReplayScorer, sequence_logprobs
 from training.replay import score_steps, step_record
-from training.rollout import StepSample, Trajectory
+from training.rollout.loop import StepSample, Trajectory
 
 
 def _trajectories(rng: np.random.Generator, n: int, steps: int) -> list[Trajectory]:

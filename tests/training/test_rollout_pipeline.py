@@ -8,15 +8,15 @@ import pytest
 
 pytest.importorskip("alfworld", reason="alfworld==0.4.2 is not installed (pip install -e .[envs])")
 
-from training.demonstrations import response_ids  # noqa: E402
+from training.warm_start.demonstrations import response_ids  # noqa: E402
 from training.envs.alfworld import AlfworldBatchEnv, expert_walkthrough  # noqa: E402
-from training.rollout import ROLLOUT_TIMINGS, BatchStream, GenerationSettings, rollout  # noqa: E402
+from training.rollout.loop import ROLLOUT_TIMINGS, BatchStream, GenerationSettings, rollout  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def specs(alfworld_games):
     from training.config import make_config
-    from training.envs.games import GameSource
+    from training.envs.alfworld.tasks import GameSource
 
     cfg = make_config(dict(data="generated", games_dir=str(alfworld_games), n_train_games=2, n_val_games=2, seed=0,
                            progress=False))

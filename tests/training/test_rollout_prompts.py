@@ -9,7 +9,7 @@ pytest.importorskip("transformers")
 
 from ocsd.replay.models import ModelNotFoundError, load_tokenizer  # noqa: E402
 from ocsd.replay.prompts import PromptRenderer  # noqa: E402
-from training.rollout import step_prompt, step_prompts  # noqa: E402
+from training.rollout.loop import step_prompt, step_prompts  # noqa: E402
 
 WORDS = ["apple", "countertop", "fridge", "open", "go", "to", "the", "mug", "sinkbasin", "nothing", "happens"]
 

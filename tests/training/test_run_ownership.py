@@ -18,7 +18,7 @@ pytest.importorskip("verl", reason="verl (verl extra) is not installed")
 
 from ocsd.records import LOCK_FILE, RunInUseError, RunLock, read_metrics, validate_path  # noqa: E402
 from training.config import ConfigError, make_config  # noqa: E402
-from training.envs.games import GameSource  # noqa: E402
+from training.envs.alfworld.tasks import GameSource  # noqa: E402
 from training.trainer import (RunFolderError, Trainer, changed_settings, check_run_folder,  # noqa: E402
                               load_trainer_state)
 

@@ -14,13 +14,13 @@ import pytest
 pytest.importorskip("bm25s")
 
 from ocsd.environments import get_environment  # noqa: E402
-from training.envs.searchqa_client import (Hit, RetrievalClient, RetrievalError, format_information,  # noqa: E402
+from training.envs.searchqa.client import (Hit, RetrievalClient, RetrievalError, format_information,  # noqa: E402
                                            health_check, parse_urls)
-from training.envs.searchqa_corpus import BM25Index, Passage, hotpotqa_passages  # noqa: E402
-from training.envs.searchqa_data import (SearchDataError, SearchTask, exact_match, load_folder,  # noqa: E402
+from training.envs.searchqa.corpus import BM25Index, Passage, hotpotqa_passages  # noqa: E402
+from training.envs.searchqa.data import (SearchDataError, SearchTask, exact_match, load_folder,  # noqa: E402
                                          normalize_answer)
-from training.envs.searchqa_env import SearchBatchEnv, parse_action  # noqa: E402
-from training.envs.searchqa_server import RetrievalServer  # noqa: E402
+from training.envs.searchqa.env import SearchBatchEnv, parse_action  # noqa: E402
+from training.envs.searchqa.server import RetrievalServer  # noqa: E402
 
 PASSAGES = [Passage("Kenya", "Kenya", "Kenya is a country in East Africa. Its capital is Nairobi."),
             Passage("Nairobi", "Nairobi", "Nairobi is the capital and largest city of Kenya."),

@@ -11,11 +11,11 @@ import pytest
 pytest.importorskip("bm25s")
 
 from training.config import make_config  # noqa: E402
-from training.envs.searchqa_data import SearchDataError  # noqa: E402
-from training.envs.searchqa_factbook import (FAMILIES, IN_DOMAIN_FAMILIES, OUT_OF_DOMAIN_FAMILIES,  # noqa: E402
+from training.envs.searchqa.data import SearchDataError  # noqa: E402
+from training.envs.searchqa.factbook import (FAMILIES, IN_DOMAIN_FAMILIES, OUT_OF_DOMAIN_FAMILIES,  # noqa: E402
                                              generate, retrievable)
-from training.envs.searchqa_runtime import demonstration, evaluation_tasks  # noqa: E402
-from training.envs.searchqa_tasks import SearchSource, corpus_index  # noqa: E402
+from training.envs.searchqa.runtime import demonstration, evaluation_tasks  # noqa: E402
+from training.envs.searchqa.tasks import SearchSource, corpus_index  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "searchqa"
 SAMPLE = SHARED / "hotpotqa_distractor_sample100.jsonl"
@@ -112,7 +112,7 @@ def test_config_errors_name_data_and_dead_url(games, tmp_path):
 
 
 def test_external_url_is_used_after_its_health_check(games):
-    from training.envs.searchqa_server import RetrievalServer
+    from training.envs.searchqa.server import RetrievalServer
 
     with RetrievalServer(corpus_index("wiki")) as server:
         source = SearchSource.from_config(_cfg(games, retrieval_urls=f"{server.url},{server.url[:-9]}"))

@@ -13,8 +13,9 @@ import torch
 
 from ocsd.replay.prompts import parse_output
 from ocsd.replay.scoring.reference import sequence_logprobs
-from training.envs.alfworld_expert import expert_reasons, item_class, looked_at
-from training.sft import lr_at, main, sft_step
+from training.envs.alfworld.expert import expert_reasons, item_class, looked_at
+from training.sft import main
+from training.warm_start.sft import lr_at, sft_step
 
 PLAN = ["go to drawer 9", "open drawer 9", "take cellphone 1 from drawer 9", "go to dresser 1",
         "put cellphone 1 in/on dresser 1"]
@@ -127,7 +128,7 @@ def test_demonstrations_are_the_rollouts_contexts(sft_run, alfworld_games, smoll
 
     from ocsd.replay.prompts import PromptRenderer, interaction_text
     from training.envs.alfworld import AlfworldBatchEnv, AlfworldGame, spec_of_file
-    from training.rollout import GenerationSettings, rollout
+    from training.rollout.loop import GenerationSettings, rollout
 
     table = pd.read_parquet(sft_run / "demonstrations" / "train.parquet")
     renderer = PromptRenderer(smollm2_tokenizer)
@@ -248,7 +249,7 @@ def test_shipped_warm_start_writes_the_format(alfworld_games, smollm2_tokenizer,
     from training.config import make_config
     from training.envs.alfworld import AlfworldBatchEnv, load_games
     from training.policy import load_policy
-    from training.rollout import GenerationSettings, rollout
+    from training.rollout.loop import GenerationSettings, rollout
 
     _, model = load_policy(make_config({"model": "smollm2", "warm_start": str(SHIPPED), "lora_rank": 0}))
     game = load_games(alfworld_games, split="train")[0]

@@ -23,8 +23,8 @@ from ocsd.records import read_metrics, read_replay, validate_path  # noqa: E402
 from ocsd.replay.scoring import response_logprobs  # noqa: E402
 from ocsd.algorithm.signals import num_selected  # noqa: E402
 from training.config import ConfigError, load_config, make_config  # noqa: E402
-from training.envs.games import GameSource  # noqa: E402
-from training.rollout import ROLLOUT_TIMINGS  # noqa: E402
+from training.envs.alfworld.tasks import GameSource  # noqa: E402
+from training.rollout.loop import ROLLOUT_TIMINGS  # noqa: E402
 from training.trainer import Trainer, TrainingError  # noqa: E402
 from training.update import LossSettings, UpdateBatch, ppo_update  # noqa: E402
 
@@ -85,16 +85,16 @@ def test_every_method_runs_two_steps(tmp_path, games, method):
 def test_calibration_metrics_are_of_the_signal_the_update_used(tmp_path, games, monkeypatch, method, other):
     """``calib/residual_mean`` and ``calib/q_mean`` average the token signal that shaped the advantages:
     the residual for OCSD, the Full support delta_F for OCSD w/o Ablated view."""
-    import training.trainer as trainer_module
+    import training.pipeline as pipeline_module  # the trainer's step pipeline (step_advantages) calls it
 
     seen = []
-    real = trainer_module.method_advantages
+    real = pipeline_module.method_advantages
 
     def spy(spec, inputs, cfg, step):
         seen.append(inputs)
         return real(spec, inputs, cfg, step)
 
-    monkeypatch.setattr(trainer_module, "method_advantages", spy)
+    monkeypatch.setattr(pipeline_module, "method_advantages", spy)
     trainer = Trainer(tiny_cfg(tmp_path / method, method=method, kl_coef=0.0, total_steps=2, save_freq=2), games=games)
     for step in (1, 2):  # step 1 scores only the views of the update, step 2 (a checkpoint) every recorded view
         row = trainer.train_step(step)
@@ -159,7 +159,7 @@ def test_adapter_only_checkpoints_resume_and_merge_to_the_same_weights(tmp_path,
     (re-scoring, evaluation) gives the merged weights a save_merged=true run writes."""
     from safetensors.torch import load_file
 
-    from diagnostics.rescore import checkpoint_weights
+    from rescoring.rescore import checkpoint_weights
     from training.collect import resolve_model_source
     from training.policy import merged_actor
 
@@ -220,7 +220,7 @@ def test_ppo_update_rejects_non_finite_loss():
 
 @pytest.mark.parametrize("overrides, message", [
     (["rho=0"], "rho=0"), (["beta=1.5"], "beta=1.5"), (["method=ppo"], "unknown 'ppo'"),
-    (["colour=red"], r"unknown key\(s\) \['colour'\]"), (["model=/no/such/model"], "not 'smollm2'"),
+    (["colour=red"], r"unknown key\(s\) \['colour'\]"), (["model=/no/such/model"], "a model of the offline catalogue"),
     (["batch_size=two"], "expected int"), (["rho"], "expected key=value"),
 ])
 def test_config_errors_before_any_work(overrides, message):
@@ -261,7 +261,7 @@ def test_resume_refuses_a_run_with_other_settings(tmp_path, games):
 def test_environment_workers_live_across_steps(tmp_path, games, monkeypatch):
     """With env_workers > 0 the worker processes are started once and reloaded for every rollout
     (training steps and validation), and stopped when the run ends."""
-    from training.envs import alfworld_batch
+    from training.envs.alfworld import batch as alfworld_batch
 
     built, real_init = [], alfworld_batch.AlfworldBatchEnv.__init__
 

@@ -161,7 +161,7 @@ def test_trainer_stops_before_a_checkpoint_of_non_finite_weights(tmp_path, alfwo
     pytest.importorskip("alfworld", reason="the ALFWorld engine (envs extra) is not installed")
     from ocsd.records import validate_path
     from training.config import make_config
-    from training.envs.games import GameSource
+    from training.envs.alfworld.tasks import GameSource
     from training.trainer import Trainer, TrainingError
 
     monkeypatch.setattr(Trainer, "_lr", lambda self, step: self.cfg.lr if step < 2 else math.inf)

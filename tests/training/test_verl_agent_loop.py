@@ -15,7 +15,7 @@ pytest.importorskip("verl")
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from tests.diagnostics.acting import AdmissibleEngine  # noqa: E402
+from tests.rescoring.acting import AdmissibleEngine  # noqa: E402
 
 
 class FakeServerManager:
@@ -58,9 +58,9 @@ def test_agent_loop_rows_match_the_single_device_rollout(alfworld_games, smollm2
     from ocsd.replay.prompts import PromptRenderer
     from ocsd.replay.render import render_steps
     from training.config import make_config
-    from training.envs.games import GameSource
+    from training.envs.alfworld.tasks import GameSource
     from training.replay import step_record
-    from training.rollout import GenerationSettings, rollout
+    from training.rollout.loop import GenerationSettings, rollout
     from training.verl.tasks import task_of_row, task_row
 
     config = verl_config(alfworld_games)
@@ -111,7 +111,7 @@ def test_weight_span_over_an_episode():
 
 def test_agent_loop_refuses_rows_it_cannot_play(alfworld_games, smollm2_tokenizer, no_user_data):
     from training.config import ConfigError, make_config
-    from training.envs.games import GameSource
+    from training.envs.alfworld.tasks import GameSource
     from training.verl.tasks import TaskRowError, task_of_row, task_row
 
     config = verl_config(alfworld_games)
@@ -162,7 +162,7 @@ def test_episodes_played_side_by_side_equal_those_played_alone(alfworld_games, s
     loading and feedback (TextWorld's grammar and PDDL parsers) are not thread-safe, so the loop serialises its
     environment calls. Eight episodes run together give the same rows as each run alone."""
     from training.config import make_config
-    from training.envs.games import GameSource
+    from training.envs.alfworld.tasks import GameSource
     from training.verl.tasks import task_row
 
     config = verl_config(alfworld_games, max_steps=6)

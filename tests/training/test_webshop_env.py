@@ -9,11 +9,11 @@ import pytest
 
 from ocsd.environments import get_environment
 from ocsd.environments.labels import NO_EFFECT_TEMPLATES
-from training.envs.webshop_catalog import Goal, Product, generate_catalogue
-from training.envs.webshop_env import LocalSession, WebshopBatchEnv, WebshopEpisode
-from training.envs.webshop_runtime import RUNTIME, demonstration, metrics
-from training.envs.webshop_site import Shop
-from training.envs.webshop_tasks import WebshopDataError, WebshopSource
+from training.envs.webshop.catalog import Goal, Product, generate_catalogue
+from training.envs.webshop.env import LocalSession, WebshopBatchEnv, WebshopEpisode
+from training.envs.webshop.runtime import RUNTIME, demonstration, metrics
+from training.envs.webshop.site import Shop
+from training.envs.webshop.tasks import WebshopDataError, WebshopSource
 from tests.training.test_webshop_reward import GOAL, MUG
 
 TEAPOT = Product(asin="B0TEA00002", title="Zeta Blue Teapot", category="furniture", query="teapots",
@@ -199,7 +199,7 @@ def test_search_scores_are_lucene_bm25(query):
     import numpy as np
 
     bm25s = pytest.importorskip("bm25s")
-    from training.envs.webshop_site import BM25_B, BM25_K1, _tokens
+    from training.envs.webshop.site import BM25_B, BM25_K1, _tokens
 
     shop = Shop(generate_catalogue(0)[:300])
     docs = [_tokens(" ".join((p.title, p.query, *p.attributes, *p.bullets))) for p in shop.products]

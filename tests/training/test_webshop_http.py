@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from training.envs.webshop_env import LocalSession, WebshopEpisode
-from training.envs.webshop_http import HttpSession, WebshopServerError, parse_page
-from training.envs.webshop_real import GOALS_FILE, category_of, load_real_goals
-from training.envs.webshop_runtime import demonstration, evaluation_tasks
-from training.envs.webshop_server import WebshopServer
-from training.envs.webshop_tasks import WebshopSource
+from training.envs.webshop.env import LocalSession, WebshopEpisode
+from training.envs.webshop.http import HttpSession, WebshopServerError, parse_page
+from training.envs.webshop.real import GOALS_FILE, category_of, load_real_goals
+from training.envs.webshop.runtime import demonstration, evaluation_tasks
+from training.envs.webshop.server import WebshopServer
+from training.envs.webshop.tasks import WebshopSource
 from tests.training.test_webshop_env import SHOP, cfg
 from tests.training.test_webshop_reward import GOAL
 

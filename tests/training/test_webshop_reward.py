@@ -1,11 +1,11 @@
-"""WebShop's purchase reward against hand-computed cases (training.envs.webshop_reward)."""
+"""WebShop's purchase reward against hand-computed cases (training.envs.webshop.reward)."""
 
 from __future__ import annotations
 
 import pytest
 
-from training.envs.webshop_catalog import Goal, Product
-from training.envs.webshop_reward import (normalize_color, purchase_reward, ratio, title_nouns, token_set_ratio,
+from training.envs.webshop.catalog import Goal, Product
+from training.envs.webshop.reward import (normalize_color, purchase_reward, ratio, title_nouns, token_set_ratio,
                                           type_reward)
 
 MUG = Product(asin="B0MUG00001", title="Acme Red Coffee Mug, Dishwasher Safe", category="furniture", query="mugs",

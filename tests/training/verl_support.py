@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tests.diagnostics.acting import AdmissibleEngine
+from tests.rescoring.acting import AdmissibleEngine
 
 MAX_PROMPT = 1024
 
@@ -25,8 +25,8 @@ def episodes(games_dir, tokenizer):
     """``(cfg, trajs, renderer)`` of the batch (see the module docstring)."""
     from ocsd.replay.prompts import PromptRenderer
     from training.config import make_config
-    from training.envs.games import GameSource
-    from training.rollout import GenerationSettings, rollout
+    from training.envs.alfworld.tasks import GameSource
+    from training.rollout.loop import GenerationSettings, rollout
 
     cfg = make_config(dict(data="generated", games_dir=str(games_dir), n_train_games=2, n_val_games=2,
                            max_steps=5, history_length=1, max_prompt_length=MAX_PROMPT, progress=False, rho=0.5,

@@ -3,7 +3,7 @@
 An :class:`EnvironmentRuntime` is the one object that training code asks for an environment's tasks,
 batched environments and evaluation: ``get_environment(cfg.env).load_runtime()`` (see
 :meth:`ocsd.environments.EnvironmentSpec.load_runtime`). ALFWorld's is
-:data:`training.envs.alfworld_runtime.RUNTIME`.
+:data:`training.envs.alfworld.runtime.RUNTIME`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,18 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
-__all__ = ["EnvironmentRuntime", "TaskLists", "print_expert_play", "step_share", "success_metrics"]
+__all__ = ["GENERATED", "EnvironmentRuntime", "TaskLists", "print_expert_play", "step_share", "success_metrics",
+           "task_type_list"]
+
+GENERATED = "generated"
+"""The ``data`` value that asks for tasks generated into ``games_dir`` instead of real data."""
+
+
+def task_type_list(text: str | None) -> tuple[str, ...] | None:
+    """The task types a ``task_types`` setting names (``"pick, look"`` -> ``("pick", "look")``); None when unset."""
+    if text is None:
+        return None
+    return tuple(dict.fromkeys(kind.strip() for kind in str(text).split(",") if kind.strip()))
 
 
 @dataclass(frozen=True)
@@ -27,7 +38,7 @@ class EnvironmentRuntime:
         training and validation tasks, an object with ``train`` and ``valid`` lists, ``sample_train``,
         ``validation``, ``describe`` and ``make_env(tasks, *, max_steps, workers, seed, reuse=None)`` (the
         batched environments; ``reuse``, an earlier one, may be reloaded instead of built anew), as
-        :class:`training.envs.games.GameSource`. It prints where the tasks come from and raises
+        :class:`training.envs.alfworld.tasks.GameSource`. It prints where the tasks come from and raises
         ``data_error`` when the config names no task data.
     evaluation_tasks : callable
         ``evaluation_tasks(cfg, split, n) -> (source, origin)``: a task source whose ``valid`` list holds
@@ -54,7 +65,7 @@ class EnvironmentRuntime:
 class TaskLists:
     """What every task source shares: drawing training tasks, the fixed validation set, and run.json's entry.
 
-    A task source (:class:`training.envs.games.GameSource`, ...) has ``train`` and ``valid`` lists and an
+    A task source (:class:`training.envs.alfworld.tasks.GameSource`, ...) has ``train`` and ``valid`` lists and an
     ``origin``; ``data_error`` is the error its environment raises for unusable task data.
     """
 

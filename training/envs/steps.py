@@ -3,7 +3,7 @@ of each action.
 
 Every environment of the registry (ALFWorld, Search-QA, WebShop) answers ``reset()`` with one
 :class:`Observation` per environment and ``step(actions)`` with one :class:`StepResult` each, so that
-:func:`training.rollout.rollout`, the trainer, collection and evaluation never look at which engine
+:func:`training.rollout.loop.rollout`, the trainer, collection and evaluation never look at which engine
 produced them.
 """
 

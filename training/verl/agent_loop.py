@@ -4,7 +4,7 @@ verl's v1 trainer hands every data-set row (:mod:`training.verl.tasks`) to the a
 ``agent_name``, once per rollout of the group (``session_id``), and stores each
 :class:`~verl.experimental.agent_loop.AgentLoopOutput` the loop returns as one training row, keyed
 ``{uid}_{session_id}_{index}``. :class:`EnvironmentAgentLoop` plays the row's task with the suite's own
-environment, prompts and parser: :func:`training.rollout.rollout` runs the episode in a worker thread and asks
+environment, prompts and parser: :func:`training.rollout.loop.rollout` runs the episode in a worker thread and asks
 verl's rollout server (``server_manager.generate``) for each response, so the prompts, the history fitting, the
 output parsing and the feedback labels are exactly the single-device trainer's. Each interaction step becomes one
 output:
@@ -40,7 +40,7 @@ from ocsd.replay.prompts import PromptRenderer
 from ocsd.replay.render import render_steps
 from training.config import ConfigError, TrainConfig
 from training.replay import step_record
-from training.rollout import GenerationSettings, Trajectory, rollout
+from training.rollout.loop import GenerationSettings, Trajectory, rollout
 from training.verl.tasks import AGENT_NAME, task_of_row
 
 __all__ = ["EnvironmentAgentLoop", "REPLAY_VIEWS", "SUCCESS_REWARD", "ocsd_settings", "step_outputs", "task_source",
@@ -123,7 +123,7 @@ def step_outputs(traj: Trajectory, *, env_name: str, renderer: PromptRenderer, m
 
     Parameters
     ----------
-    traj : training.rollout.Trajectory
+    traj : training.rollout.loop.Trajectory
     env_name : str
         Registry name of the environment (for the replay views).
     renderer : PromptRenderer
@@ -133,7 +133,7 @@ def step_outputs(traj: Trajectory, *, env_name: str, renderer: PromptRenderer, m
     invalid_penalty : float
         The invalid-action penalty of a step whose output has no well-formed action (``ocsd_penalty``).
     timings : dict, optional
-        The episode's seconds (:data:`training.rollout.ROLLOUT_TIMINGS`), put in the last output's metrics.
+        The episode's seconds (:data:`training.rollout.loop.ROLLOUT_TIMINGS`), put in the last output's metrics.
     weight_steps : (int, int), optional
         The oldest and newest weight version (global step) the episode's responses were generated with
         (``min_global_steps``, ``max_global_steps`` in every output's ``extra_fields``; verl's store tags each row

@@ -4,11 +4,12 @@ advantages computed by the same functions as the single-device trainer.
 verl stores every output of :class:`training.verl.agent_loop.EnvironmentAgentLoop` as one row under its own key
 and reorders rows freely (balancing, mini-batching). :func:`trajectories_of_rows` regroups them by their ids
 (``ocsd_traj_uid``, ``ocsd_group_uid``, ``ocsd_step``), never by order, into
-:class:`training.rollout.Trajectory` objects, and says which key holds which (trajectory, step).
-:func:`batch_advantages` then runs :func:`training.pipeline.step_statistics` (rewards, GRPO advantages, step
-NLL, selection), asks ``score`` for the Full and Observation-Ablated log-probs of the selected steps (in verl: the
-actor's ``compute_log_prob`` on rows built from the pre-rendered view ids and the original response ids), and
-returns :func:`ocsd.algorithm.methods.token_advantages` per key.
+:class:`training.rollout.loop.Trajectory` objects, and says which key holds which (trajectory, step).
+:func:`batch_advantages` then runs the single-device trainer's step pipeline,
+:func:`training.pipeline.step_advantages` (rewards, GRPO advantages, step NLL, selection, token advantages), with
+verl's old log-probs and a ``score`` that asks for the Full and Observation-Ablated log-probs of the selected steps
+(in verl: the actor's ``compute_log_prob`` on rows built from the pre-rendered view ids and the original response
+ids), and returns :func:`ocsd.algorithm.methods.token_advantages` per key.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import torch
 
 from ocsd.algorithm.methods import MethodSpec, TokenInputs
 from training.config import TrainConfig
-from training.pipeline import BatchStatistics, method_advantages, step_keys, step_statistics, token_inputs
+from training.pipeline import BatchStatistics, Scoring, step_advantages, step_keys
 from training.replay import ReplayScores, StepKey
-from training.rollout import StepSample, Trajectory
+from training.rollout.loop import StepSample, Trajectory
 
-__all__ = ["BatchAdvantages", "RowError", "StepRow", "ViewRequest", "batch_advantages", "trajectories_of_rows"]
+__all__ = ["BatchAdvantages", "RowError", "StepRow", "ViewRequest", "batch_advantages", "row_scoring",
+           "trajectories_of_rows"]
 
 VIEWS = ("full", "ablated")
 
@@ -198,38 +200,56 @@ def batch_advantages(rows: Sequence[StepRow], old_logp: Mapping[str, np.ndarray]
     missing = [key_of[tk] for tk in keys if key_of[tk] not in old_logp]
     if missing:
         raise RowError(f"old log-probs missing for rows {missing[:3]}")
-    logp, mask = _padded([old_logp[key_of[tk]] for tk in keys])
-    stats = step_statistics(trajs, logp, mask, reward_mode=cfg.reward_mode, invalid_penalty=cfg.invalid_action_penalty,
-                            selection=spec.selection, rho=cfg.rho,
-                            generator=np.random.default_rng([cfg.seed, step, 3]))
-    by_key = {row.key: row for row in rows}
     views = [v for v in (spec.replay_views if views is None else views) if v in VIEWS]
-    scores, requests = ReplayScores(), []
-    if views:
-        for tk in stats.selected_keys:
-            row = by_key[key_of[tk]]
-            rendered = row.extra.get("ocsd_view_ids")
-            if not rendered:
-                scores.skipped.append(row.key)
-                continue
-            requests += [ViewRequest(row.key, name, list(rendered[name]), list(row.response_ids)) for name in views]
-    if spec.privileged_teacher:
-        requests += [ViewRequest(key_of[(t, k)], "teacher", list(teacher_context(trajs[t], trajs[t].steps[k])),
-                                 list(trajs[t].steps[k].response_ids)) for t, k in keys]
-    got = score(requests) if requests else {}
-    student = stats.student_logp()
-    for request in requests:
-        if request.view in VIEWS:
-            tk = where[request.key]
-            scores.logp.setdefault(tk, {"student": student[tk]})[request.view] = np.asarray(
-                got[(request.key, request.view)], dtype=np.float32)
-    teacher_logp = None
-    if spec.privileged_teacher:
-        teacher_logp = torch.zeros_like(logp)
-        for i, tk in enumerate(keys):
-            values = np.asarray(got[(key_of[tk], "teacher")], dtype=np.float32)[: logp.shape[1]]
-            teacher_logp[i, : len(values)] = torch.from_numpy(values)
-    inputs = token_inputs(spec, stats, scores, teacher_logp)
-    adv = method_advantages(spec, inputs, cfg, step)
+    scoring = row_scoring(rows, trajs, where, views, score, teacher_context if spec.privileged_teacher else None)
+    result = step_advantages(trajs, spec=spec, cfg=cfg, step=step, score=scoring,
+                             old_logprobs=lambda pairs: _padded([old_logp[key_of[tk]] for tk in keys]))
+    mask, adv = result.stats.mask, result.token_adv
     advantages = {key_of[tk]: adv[i, : int(mask[i].sum())].clone() for i, tk in enumerate(keys)}
-    return BatchAdvantages(advantages, trajs, where, stats, scores, inputs, adv)
+    return BatchAdvantages(advantages, trajs, where, result.stats, result.scores, result.inputs, adv)
+
+
+def row_scoring(rows: Sequence[StepRow], trajs: Sequence[Trajectory], where: Mapping[str, StepKey],
+                views: Sequence[str], score: Callable[[list[ViewRequest]], Mapping[tuple[str, str], np.ndarray]],
+                teacher_context: Callable[[Trajectory, StepSample], list[int]] | None) -> Scoring:
+    """The ``score`` of :func:`training.pipeline.step_advantages` on verl rows: one call of ``score`` with a
+    :class:`ViewRequest` per view of ``views`` of each selected step whose views the agent loop rendered
+    (``ocsd_view_ids``; the others are counted as skipped) and, with ``teacher_context``, one per step under the
+    privileged teacher's prompt."""
+    key_of = {tk: key for key, tk in where.items()}
+    by_key = {row.key: row for row in rows}
+
+    def scoring(stats: BatchStatistics) -> tuple[ReplayScores, torch.Tensor | None]:
+        scores, requests = ReplayScores(), []
+        if views:
+            for tk in stats.selected_keys:
+                row = by_key[key_of[tk]]
+                rendered = row.extra.get("ocsd_view_ids")
+                if not rendered:
+                    scores.skipped.append(row.key)
+                    continue
+                requests += [ViewRequest(row.key, name, list(rendered[name]), list(row.response_ids)) for name in views]
+        if teacher_context is not None:
+            requests += [ViewRequest(key_of[(t, k)], "teacher", list(teacher_context(trajs[t], trajs[t].steps[k])),
+                                     list(trajs[t].steps[k].response_ids)) for t, k in stats.keys]
+        got = score(requests) if requests else {}
+        student = stats.student_logp()
+        for request in requests:
+            if request.view in VIEWS:
+                tk = where[request.key]
+                scores.logp.setdefault(tk, {"student": student[tk]})[request.view] = np.asarray(
+                    got[(request.key, request.view)], dtype=np.float32)
+        return scores, _teacher_logp(stats, got, key_of) if teacher_context is not None else None
+
+    return scoring
+
+
+def _teacher_logp(stats: BatchStatistics, got: Mapping[tuple[str, str], np.ndarray],
+                  key_of: Mapping[StepKey, str]) -> torch.Tensor:
+    """The teacher's log-probs of every step from the scored ``teacher`` rows, padded as the old log-probs."""
+    logp = stats.old_logp
+    teacher_logp = torch.zeros_like(logp)
+    for i, tk in enumerate(stats.keys):
+        values = np.asarray(got[(key_of[tk], "teacher")], dtype=np.float32)[: logp.shape[1]]
+        teacher_logp[i, : len(values)] = torch.from_numpy(values)
+    return teacher_logp

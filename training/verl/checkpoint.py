@@ -3,7 +3,7 @@
 verl's v1 trainer calls the callback named by ``trainer.checkpoint_callback_class`` on the driver after each
 checkpoint save, with the ``global_step_N`` folder it wrote. The OCSD trainer holds the records of the step it
 is about to save (:func:`hold_replay`: the ``steps`` and ``tokens`` tables and ``meta.json`` of the replay-score
-format, ``shared/CONTRACT.md``); :class:`ReplayCheckpointCallback` writes them to ``global_step_N/replay/`` with
+format, ``docs/replay-format.md``); :class:`ReplayCheckpointCallback` writes them to ``global_step_N/replay/`` with
 :func:`ocsd.records.write_replay` (``meta.json`` last), so every diagnostic and figure reads a verl run as it
 reads a single-device one. The run folder's ``run.json`` is written at the first save when it is missing.
 

@@ -39,9 +39,9 @@ import torch
 from ocsd.algorithm.methods import MethodSpec, TokenInputs, get_method
 from ocsd.records import RUN_FILE, read_run_info
 from training.config import TrainConfig, make_config
-from training.pipeline import BatchStatistics, method_advantages, step_keys, step_statistics, token_inputs
-from training.replay import ReplayScores, score_steps, step_record
-from training.rollout import StepSample, Trajectory
+from training.pipeline import BatchStatistics, forward_scoring, step_advantages
+from training.replay import ReplayScores, step_record
+from training.rollout.loop import StepSample, Trajectory
 from training.verl.batch import StepRow, ViewRequest, batch_advantages, trajectories_of_rows
 
 __all__ = ["KeptBatch", "SingleDevice", "batch_path", "compare", "first_groups", "keep_batch", "main",
@@ -191,36 +191,29 @@ def single_device_advantages(trajs: Sequence[Trajectory], model, renderer, *, sp
                              teacher_context: Callable[[Trajectory, StepSample], list[int]] | None = None
                              ) -> SingleDevice:
     """The method's token advantages of ``trajs`` as :meth:`training.trainer.Trainer.train_step` computes them
-    with ``model`` as the old policy: old log-probs, statistics and selection, the selected steps' views rendered
-    by ``renderer`` and scored by the replay scorer, the teacher's log-probs (baselines), then the advantages.
+    (:func:`training.pipeline.step_advantages`) with ``model`` as the old policy: old log-probs, statistics and
+    selection, the selected steps' views rendered by ``renderer`` and scored by the replay scorer, the teacher's
+    log-probs (baselines), then the advantages.
 
     ``views`` are the replay views to score (default: the method's); ``teacher_context`` builds the privileged
     teacher's prompt of a step (required by methods with one).
     """
     from ocsd.replay.scoring import ReplayScorer, response_logprobs
 
-    keys = step_keys(trajs)
+    if spec.privileged_teacher and teacher_context is None:
+        raise ValueError(f"method {spec.name!r} needs the privileged teacher's prompts: pass teacher_context")
     budget = cfg.scoring_token_budget
-    logp, mask = response_logprobs(model, [(trajs[t].steps[k].prompt_ids, trajs[t].steps[k].response_ids)
-                                           for t, k in keys], padded=True, token_budget=budget)
-    logp, mask = logp.float().cpu(), mask.cpu()
-    stats = step_statistics(trajs, logp, mask, reward_mode=cfg.reward_mode, invalid_penalty=cfg.invalid_action_penalty,
-                            selection=spec.selection, rho=cfg.rho, generator=np.random.default_rng([cfg.seed, step, 3]))
-    views = list(spec.replay_views if views is None else views)
-    scores = ReplayScores()
-    if views:
-        scores = score_steps(ReplayScorer(model, token_budget=budget, progress=False), renderer, trajs,
-                             stats.selected_keys, views, stats.student_logp(), env_name=cfg.env,
-                             max_prompt_length=cfg.max_prompt_length)
-    teacher_logp = None
-    if spec.privileged_teacher:
-        if teacher_context is None:
-            raise ValueError(f"method {spec.name!r} needs the privileged teacher's prompts: pass teacher_context")
-        pairs = [(teacher_context(trajs[t], trajs[t].steps[k]), trajs[t].steps[k].response_ids) for t, k in keys]
-        teacher_logp = response_logprobs(model, pairs, padded=True, token_budget=budget)[0].float().cpu()
-    inputs = token_inputs(spec, stats, scores, teacher_logp)
-    adv = method_advantages(spec, inputs, cfg, step)
-    return SingleDevice(keys, stats, scores, inputs, adv)
+
+    def logprobs(pairs):  # as training.policy.Policy.logprobs
+        logp, mask = response_logprobs(model, pairs, padded=True, token_budget=budget)
+        return logp.float().cpu(), mask.cpu()
+
+    score = forward_scoring(trajs, list(spec.replay_views if views is None else views),
+                            scorer=ReplayScorer(model, token_budget=budget, progress=False), renderer=renderer,
+                            logprobs=logprobs, teacher_context=teacher_context if spec.privileged_teacher else None,
+                            env_name=cfg.env, max_prompt_length=cfg.max_prompt_length)
+    result = step_advantages(trajs, spec=spec, cfg=cfg, step=step, old_logprobs=logprobs, score=score)
+    return SingleDevice(result.stats.keys, result.stats, result.scores, result.inputs, result.token_adv)
 
 
 def _differences(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
