@@ -23,7 +23,7 @@ from diagnostics.bootstrap import bootstrap_auroc
 from diagnostics.load import SIGNALS, DiagData
 from diagnostics.options import command_parser, load_args
 from diagnostics.stats import DegenerateInputWarning
-from ocsd.cli import emit, format_table, run_main
+from ocsd.cli import emit, entry_point, format_table
 
 __all__ = ["feedback_auroc", "main"]
 
@@ -80,9 +80,7 @@ def _main(argv: Sequence[str] | None) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m diagnostics.auroc``."""
-    return run_main(_main, argv)
+main = entry_point(_main, "diagnostics.auroc")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from diagnostics.runs import paired_task_difference, task_means
-from ocsd.cli import UsageError, non_negative_int, positive_int, run_main
+from ocsd.cli import UsageError, entry_point, non_negative_int, positive_int
 
 __all__ = ["compare", "main"]
 
@@ -116,9 +116,7 @@ def _main(argv: Sequence[str] | None) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m diagnostics.compare``."""
-    return run_main(_main, argv, prog="diagnostics.compare")
+main = entry_point(_main, "diagnostics.compare")
 
 
 if __name__ == "__main__":

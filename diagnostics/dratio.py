@@ -33,7 +33,7 @@ from diagnostics.roles import ROLES, get_lexicon
 from ocsd.environments.lexicon import Lexicon
 from diagnostics.stats import DegenerateInputWarning
 from diagnostics.wordtable import word_table
-from ocsd.cli import emit, format_table, run_main
+from ocsd.cli import emit, entry_point, format_table
 
 __all__ = ["d_ratio", "checkpoint_mean", "dratio", "main"]
 
@@ -160,9 +160,7 @@ def _main(argv: Sequence[str] | None) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m diagnostics.dratio``."""
-    return run_main(_main, argv)
+main = entry_point(_main, "diagnostics.dratio")
 
 
 if __name__ == "__main__":

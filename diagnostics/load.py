@@ -1,4 +1,4 @@
-"""Loading replay scores for the diagnosis (reads only the replay-score format, CONTRACT.md v1).
+"""Loading replay scores for the diagnosis (reads only the replay-score format, docs/replay-format.md v1).
 
 Token signals (never stored, derived here):
 

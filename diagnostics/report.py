@@ -1,10 +1,11 @@
-"""All diagnoses of a run in one Markdown report with figures.
+"""All diagnoses of a run in one Markdown report.
 
 :func:`diagnose` runs :mod:`diagnostics.auroc`, :mod:`diagnostics.robustness`,
 :mod:`diagnostics.dratio` and :mod:`diagnostics.tails` on data loaded once; :func:`build_report`
-also writes ``report.md``, ``report.json``, ``tails_top_words.csv`` and PNGs (AUROC bars, Delta
-AUROC bars, D bars with intervals, four word clouds, drawn by :mod:`figures.fig2_diagnosis`) into
-``--out``. ``report.json`` is what ``python -m figures.fig2_diagnosis --report`` draws.
+also writes ``report.md``, ``report.json`` and ``tails_top_words.csv`` into ``--out``. The pictures that
+``report.md`` shows (AUROC bars, Delta AUROC bars, D bars with intervals, four word clouds) are drawn from
+``report.json`` into the same folder by ``python -m figures.panels OUT/report.json``, and Fig. 2 by
+``python -m figures.fig2_diagnosis --report OUT/report.json``.
 
 Command::
 
@@ -25,7 +26,7 @@ from diagnostics.load import DiagData
 from diagnostics.options import command_parser, load_args
 from ocsd.cli import output_folder
 from diagnostics.wordtable import word_table
-from ocsd.cli import emit, fmt, positive_int, run_main, write_json
+from ocsd.cli import emit, entry_point, fmt, positive_int, write_json
 
 __all__ = ["diagnose", "build_report", "main"]
 
@@ -68,11 +69,12 @@ def diagnose(data: DiagData, *, n_boot: int = 1000, ci: float = 0.95, seed: int 
 def _markdown(result: dict, data: DiagData, *, n_boot: int, ci: float, top: int, source: str) -> str:
     """``report.md``: the tables of every diagnosis and links to the PNGs."""
     sig, res_rob = result["auroc"]["signals"], result["robustness"]
-    res_auroc, res_d, res_t, files = result["auroc"], result["dratio"], result["tails"], result["files"]
+    res_auroc, res_d, res_t = result["auroc"], result["dratio"], result["tails"]
     cats = res_d["categories"]
     pct = f"{ci:.0%}"
     lines = [
         "# Replay-support diagnosis", "",
+        "The pictures are drawn into this folder by `python -m figures.panels report.json`.", "",
         f"Input: {source or 'checkpoints'}; {data.n_checkpoints} checkpoint(s) (global steps "
         f"{int(data.global_steps.min())}-{int(data.global_steps.max())}), env `{data.env}`, "
         f"{len(data.steps)} analysed steps, {n_boot} trajectory-cluster resamples, {pct} percentile intervals.", "",
@@ -98,14 +100,14 @@ def _markdown(result: dict, data: DiagData, *, n_boot: int, ci: float, top: int,
         *[f"| {k} | {', '.join(w['word'] for w in v[:15])} |" for k, v in res_t["top"].items()], "",
         "| top-set pair | Jaccard |", "|---|---|",
         *[f"| {k} | {fmt(v)} |" for k, v in res_t["overlap"].items()], "",
-        *[f"![{k}]({Path(p).name})" for k, p in files.items() if k in tails.TAILS], "",
+        *[f"![{k}]({tails.cloud_file(k)})" for k in res_t["clouds"]], "",
     ]
     return "\n".join(lines)
 
 
 def build_report(data: DiagData, out_dir, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, top: int = 30,
                  progress: bool = True, source: str = "") -> dict:
-    """Compute every diagnosis (:func:`diagnose`) and write ``report.md``, ``report.json`` and the figures.
+    """Compute every diagnosis (:func:`diagnose`) and write ``report.md``, ``report.json`` and the tail words' CSV.
 
     Returns
     -------
@@ -113,18 +115,14 @@ def build_report(data: DiagData, out_dir, *, n_boot: int = 1000, ci: float = 0.9
         ``{"auroc", "robustness", "dratio", "tails", "files", "seconds"}`` (each as its command's JSON),
         as written to ``report.json``.
     """
-    from figures.fig2_diagnosis import write_panels
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     computed, rates = diagnose(data, n_boot=n_boot, ci=ci, seed=seed, top=top, progress=progress)
     timings = computed.pop("seconds")
     t0 = time.perf_counter()
-    files = tails.write_files(rates, out_dir, top=top, seed=seed)
+    files = {"csv": str(tails.write_csv(rates, out_dir, top=top))}
     timings["tails"] += time.perf_counter() - t0
     computed["tails"]["files"] = dict(files)
-    charts = write_panels(computed, out_dir)
-    files.update(auroc_png=charts["auroc"], delta_png=charts["delta"], dratio_png=charts["dratio"])
     result = {**computed, "files": files, "seconds": timings}
     (out_dir / "report.md").write_text(_markdown(result, data, n_boot=n_boot, ci=ci, top=top, source=source))
     files["report"] = str(out_dir / "report.md")
@@ -143,14 +141,13 @@ def _main(argv: Sequence[str] | None) -> int:
                           source=args.run or ", ".join(args.ckpt))
     table = "\n\n".join([auroc.table(result["auroc"], args.ci), robustness.table(result["robustness"], args.ci),
                          dratio.table(result["dratio"], args.ci), tails.table(result["tails"]),
-                         f"wrote {result['files']['report']}"])
+                         f"wrote {result['files']['report']}\n"
+                         f"pictures: python -m figures.panels {Path(args.out) / 'report.json'}"])
     emit(args.json, result, table)
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m diagnostics.report``."""
-    return run_main(_main, argv)
+main = entry_point(_main, "diagnostics.report")
 
 
 if __name__ == "__main__":

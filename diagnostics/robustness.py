@@ -43,7 +43,7 @@ from diagnostics.bootstrap import (BootstrapResult, bootstrap_result, as_generat
 from diagnostics.load import STAGES, DiagData
 from diagnostics.options import command_parser, load_args
 from diagnostics.stats import DegenerateInputWarning, grouped_auroc
-from ocsd.cli import emit, format_table, positive_int, run_main
+from ocsd.cli import emit, entry_point, format_table, positive_int
 
 __all__ = ["standardize_within", "matched_keep", "matched_auroc", "matched_delta", "robustness", "main"]
 
@@ -277,9 +277,7 @@ def _main(argv: Sequence[str] | None) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m diagnostics.robustness``."""
-    return run_main(_main, argv)
+main = entry_point(_main, "diagnostics.robustness")
 
 
 if __name__ == "__main__":

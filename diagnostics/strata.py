@@ -34,6 +34,8 @@ Properties (``--by``), read from the checkpoints' ``steps.parquet``, including t
 Command::
 
     python -m diagnostics.strata --run DIR [--by evidence_words|next_action] [--bins 5] [--out DIR] [--json]
+
+``--out`` writes ``strata_<by>.json``; ``python -m figures.panels OUT/strata_<by>.json`` draws it.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from diagnostics.bootstrap import as_generator, iter_cluster_counts, percentile_
 from diagnostics.load import SIGNALS, DiagData, DiagnosticsError
 from diagnostics.options import command_parser, load_args
 from diagnostics.stats import AurocEngine, DegenerateInputWarning
-from ocsd.cli import emit, format_table, output_folder, positive_int, run_main, write_json
+from ocsd.cli import emit, entry_point, format_table, output_folder, positive_int, write_json
 from ocsd.records import CHECKPOINT_COLUMN
 from ocsd.replay.schemas import action_family
 
@@ -302,27 +304,22 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--bins", type=positive_int("--bins"), default=5,
                         help="quantile bins of a numeric property (default 5)")
     parser.add_argument("--out", type=output_folder, default=None,
-                        help="also write strata_<by>.json and strata_<by>.png into this folder")
+                        help="also write strata_<by>.json into this folder (python -m figures.panels draws it)")
     args = parser.parse_args(argv)
     data = load_args(args, properties=PROPERTIES[args.by])
     result = strata_auroc(data, args.by, bins=args.bins, n_boot=args.n_boot, ci=args.ci, seed=args.seed)
     text = table(result)
     if args.out:
-        from figures.strata_panels import draw_strata  # drawing lives in figures
-
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         path = out / f"strata_{args.by}.json"
-        write_json(path, result)
-        png = draw_strata(result, out, source=args.run or ", ".join(args.ckpt))
-        text += f"wrote {path} and {png}\n"
+        write_json(path, {**result, "source": args.run or ", ".join(args.ckpt)})
+        text += f"wrote {path}\npicture: python -m figures.panels {path}\n"
     emit(args.json, result, text)
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m diagnostics.strata``."""
-    return run_main(_main, argv)
+main = entry_point(_main, "diagnostics.strata")
 
 
 if __name__ == "__main__":

@@ -15,12 +15,12 @@ over the checkpoints where the type occurs with equal weight; ``count`` is its t
 occurrences. Display size = ``rate * log(1 + count)``. Only types with a letter or digit are ranked
 (punctuation-only words are left out of the clouds), and types rarer than ``min_count`` too.
 
-Outputs: ``tails_top_words.csv`` with the top words of every tail and one word-cloud PNG per tail
-(its 100 largest sizes, drawn by :func:`figures.fig2_diagnosis.write_clouds`).
+Outputs: ``tails_top_words.csv`` with the top words of every tail and ``tails.json``, whose ``clouds`` hold
+each tail's word-cloud sizes (its 100 largest); ``python -m figures.panels DIR/tails.json`` draws the clouds.
 
 Command::
 
-    python -m diagnostics.tails --run DIR [--out DIR] [--top 30] [--min-count 1] [--no-clouds] [--json]
+    python -m diagnostics.tails --run DIR [--out DIR] [--top 30] [--min-count 1] [--json]
 """
 
 from __future__ import annotations
@@ -35,12 +35,11 @@ import pandas as pd
 
 from diagnostics.load import DiagData, DiagnosticsError
 from diagnostics.options import command_parser, load_args
-from ocsd.cli import non_negative_int, output_folder
-from ocsd.environments.lexicon import Lexicon
 from diagnostics.wordtable import word_table
-from ocsd.cli import emit, format_table, positive_int, run_main
+from ocsd.cli import emit, entry_point, format_table, output_folder, positive_int, write_json
+from ocsd.environments.lexicon import Lexicon
 
-__all__ = ["TAILS", "tail_hits", "tail_rates", "jaccard", "tails", "cloud_frequencies", "write_csv", "write_files",
+__all__ = ["TAILS", "tail_hits", "tail_rates", "jaccard", "tails", "cloud_frequencies", "cloud_file", "write_csv",
            "table", "main"]
 
 TAILS = {"full+": ("full", "upper"), "ablated+": ("ablated", "upper"), "residual+": ("residual", "upper"),
@@ -130,8 +129,8 @@ def tails(data: DiagData, *, tail: float = 0.05, top: int = 30, min_count: int =
     -------
     (dict, pandas.DataFrame)
         ``{"n_words", "n_types", "n_checkpoints", "top": {tail: [{"word", "rate", "count", "size"}]},
-        "overlap": {"full+|ablated+": jaccard, ...}}`` and the full rate table
-        (:func:`tail_rates`).
+        "overlap": {"full+|ablated+": jaccard, ...}, "clouds": {tail: {word: size}}}`` (the clouds:
+        :func:`cloud_frequencies`) and the full rate table (:func:`tail_rates`).
     """
     if top < 1:
         raise DiagnosticsError(f"--top must be >= 1, got {top}")
@@ -148,6 +147,7 @@ def tails(data: DiagData, *, tail: float = 0.05, top: int = 30, min_count: int =
         out["top"][name] = t[["word", "rate", "count", "size"]].to_dict(orient="records")
     for a, b in combinations(TAILS, 2):
         out["overlap"][f"{a}|{b}"] = jaccard(top_sets[a], top_sets[b])
+    out["clouds"] = cloud_frequencies(rates)
     return out, rates
 
 
@@ -173,22 +173,9 @@ def cloud_frequencies(rates: pd.DataFrame, *, top: int = 100) -> dict[str, dict[
     return out
 
 
-def write_files(rates: pd.DataFrame, out_dir, *, top: int = 30, seed: int = 0, clouds: bool = True) -> dict:
-    """Write ``tails_top_words.csv`` and, with ``clouds``, one word-cloud PNG per tail.
-
-    The clouds (:func:`cloud_frequencies`) are drawn by :func:`figures.fig2_diagnosis.write_clouds`.
-
-    Returns
-    -------
-    dict
-        ``{"csv": path, tail: png path, ...}`` (paths as str).
-    """
-    files = {"csv": str(write_csv(rates, out_dir, top=top))}
-    if clouds:
-        from figures.fig2_diagnosis import write_clouds
-
-        files.update(write_clouds(cloud_frequencies(rates), out_dir, seed=seed))
-    return files
+def cloud_file(tail: str) -> str:
+    """The file name of a tail's word cloud, ``cloud_<tail>.png`` (``+`` -> ``_plus``, ``-`` -> ``_minus``)."""
+    return f"cloud_{tail.replace('+', '_plus').replace('-', '_minus')}.png"
 
 
 def write_csv(rates: pd.DataFrame, out_dir, *, top: int = 30) -> Path:
@@ -223,26 +210,24 @@ def table(result: dict, n: int = 15) -> str:
 def _main(argv: Sequence[str] | None) -> int:
     parser = command_parser("diagnostics.tails", __doc__.split("\n")[0], bootstrap=False)
     parser.add_argument("--out", type=output_folder, default="diagnostics_out",
-                        help="folder for the PNGs and CSV (diagnostics_out)")
+                        help="folder for tails.json and the CSV (diagnostics_out)")
     parser.add_argument("--top", type=positive_int("--top"), default=30,
                         help="top words per tail in the CSV/JSON and overlap (30)")
     parser.add_argument("--tail", type=float, default=0.05, help="tail fraction (0.05)")
     parser.add_argument("--min-count", type=int, default=1, help="rank only types with at least this many occurrences")
-    parser.add_argument("--no-clouds", action="store_true", help="skip the word-cloud PNGs")
-    parser.add_argument("--seed", type=non_negative_int("--seed"), default=0, help="word-cloud layout seed")
     args = parser.parse_args(argv)
     if not 0 < args.tail < 0.5:
         raise DiagnosticsError(f"--tail must be in (0, 0.5), got {args.tail}")
     data = load_args(args)
     result, rates = tails(data, tail=args.tail, top=args.top, min_count=args.min_count)
-    result["files"] = files = write_files(rates, args.out, top=args.top, seed=args.seed, clouds=not args.no_clouds)
-    emit(args.json, result, table(result) + "\n\nwrote: " + ", ".join(files.values()))
+    result["files"] = {"csv": str(write_csv(rates, args.out, top=args.top)), "json": str(Path(args.out) / "tails.json")}
+    write_json(result["files"]["json"], result)
+    emit(args.json, result, table(result) + "\n\nwrote: " + ", ".join(result["files"].values())
+         + f"\nword clouds: python -m figures.panels {result['files']['json']}")
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m diagnostics.tails``."""
-    return run_main(_main, argv)
+main = entry_point(_main, "diagnostics.tails")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The point-by-point verdicts of a replay-view audit (:mod:`diagnostics.audit`).
+"""The point-by-point verdicts of a replay-view audit (:mod:`rescoring.audit`).
 
 Each point compares the design (a view and its twin) with the baseline (Full and Ablated) on one diagnostic.
 A verdict says yes or no only where the intervals separate the two: a paired design-minus-baseline interval
@@ -49,7 +49,7 @@ def _excludes_zero(entry: Mapping) -> str:
 
 
 def audit_points(result: dict) -> list[dict]:
-    """The points of an audit result (:func:`diagnostics.audit.audit`): structural match, residual AUROC,
+    """The points of an audit result (:func:`rescoring.audit.audit`): structural match, residual AUROC,
     raw Delta AUROC, D of the environment roles, swap sensitivity and word-tail overlap, each a dict
     ``{"point", "baseline", "design", "verdict", "detail"}``."""
     base, des = result["baseline"], result["design"]

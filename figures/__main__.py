@@ -2,7 +2,7 @@
 
 Builds, into ``--out``: Fig. 2 (``fig2_diagnosis``, one per run with replay checkpoints), Fig. 4
 (``fig4_dynamics``, runs overlaid), Fig. 5 (``fig5_swap``, from the runs' ``swap/swap.json`` of
-``python -m diagnostics.swap``), Fig. 6 (``fig6_cost``) and Table 1 (``table_main``). A figure
+``python -m rescoring.swap``), Fig. 6 (``fig6_cost``) and Table 1 (``table_main``). A figure
 whose inputs are missing (no checkpoints, no swap file, no validation rows, no timings) is skipped
 with the reason printed; the command still succeeds when at least one figure is built, and exits 1
 when every figure is skipped. Bad input (a missing folder, a malformed file, a bad flag) exits 2.
@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 from figures import fig1_example, fig2_diagnosis, fig4_dynamics, fig5_swap, fig6_cost, fig7_sensitivity, tables
 from ocsd.cli import non_negative_int
 from figures._common import FigureError, SkipFigure, add_output_options, check_run_dir, load_runs
-from ocsd.cli import positive_int, run_main
+from ocsd.cli import entry_point, positive_int
 from ocsd.records import RecordError
 
 __all__ = ["FIGURES", "build_all", "main"]
@@ -121,9 +121,7 @@ def _main(argv: Sequence[str] | None) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m figures``."""
-    return run_main(_main, argv, prog="figures")
+main = entry_point(_main, "figures")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from ocsd.cli import output_folder
 from ocsd.cli import SkipCommand, UsageError, positive_int
 
 __all__ = ["FigureError", "SkipFigure", "RunInfo", "METHOD_LABELS", "method_label", "check_run_dir", "load_runs",
-           "label_runs", "read_json_file", "figure_parser", "add_output_options"]
+           "label_runs", "read_json_file", "figure_parser", "add_output_options", "wrote"]
 
 METHOD_LABELS = {
     "vanilla": "Vanilla", "grpo": "GRPO", "opsd": "OPSD", "grpo_opsd": "GRPO+OPSD", "rlsd": "RLSD",
@@ -171,3 +171,10 @@ def add_output_options(parser: argparse.ArgumentParser, *, images: bool = True) 
     if images:
         parser.add_argument("--dpi", type=positive_int("--dpi"), default=150, help="PNG resolution (default 150)")
         parser.add_argument("--pdf", action="store_true", help="also write a PDF next to each PNG")
+
+
+def wrote(paths: Sequence) -> int:
+    """Print the files a figure command wrote (``wrote a, b``); the command's exit status, 0."""
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
+

@@ -1,4 +1,4 @@
-"""The figure of a replay-view audit (``diagnostics.audit``): baseline and design side by side.
+"""The figure of a replay-view audit (``rescoring.audit``): baseline and design side by side.
 
 Four panels drawn from ``audit.json``: feedback AUROC of the three signals, Delta AUROC (residual - support)
 under the robustness settings, D per functional role, and the observation-swap AUROC (realized and swapped).
@@ -31,7 +31,7 @@ def _pairs(base: Mapping[str, Mapping], design: Mapping[str, Mapping], keys, val
 
 
 def draw_audit(result: Mapping, out_dir, *, name: str = "audit", dpi: int = 120) -> Path:
-    """Draw ``result`` (:func:`diagnostics.audit.audit`) into ``<out_dir>/<name>.png``; returns the path."""
+    """Draw ``result`` (:func:`rescoring.audit.audit`) into ``<out_dir>/<name>.png``; returns the path."""
     plt = pyplot()
     base, design = result["baseline"], result["design"]
     swap = result.get("swap")

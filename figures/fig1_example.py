@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from figures._common import FigureError, check_run_dir, figure_parser
+from figures._common import FigureError, check_run_dir, figure_parser, wrote
 from figures.drawing import add_caption, pyplot, save_figure
-from ocsd.cli import run_main
+from ocsd.cli import entry_point
 
 if TYPE_CHECKING:
     from diagnostics.example import TokenExample
@@ -154,13 +154,10 @@ def _main(argv: Sequence[str] | None) -> int:
     if len(args.run) != 1:
         raise FigureError(f"give exactly one --run DIR (a run or checkpoint folder), got {len(args.run)}")
     paths = build(check_run_dir(args.run[0]), args.out, step=args.step, pdf=args.pdf, dpi=args.dpi)
-    print("wrote " + ", ".join(map(str, paths)))
-    return 0
+    return wrote(paths)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m figures.fig1_example``."""
-    return run_main(_main, argv, prog=f"figures.{NAME}")
+main = entry_point(_main, f"figures.{NAME}")
 
 
 if __name__ == "__main__":

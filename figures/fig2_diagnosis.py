@@ -26,9 +26,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from figures._common import FigureError, SkipFigure, check_run_dir, figure_parser, read_json_file
+from figures._common import FigureError, SkipFigure, check_run_dir, figure_parser, read_json_file, wrote
 from figures.drawing import add_caption, bar_chart, number, pyplot, save_figure, word_cloud
-from ocsd.cli import run_main, write_json
+from ocsd.cli import entry_point, write_json
 
 __all__ = ["diagnose_run", "read_report", "BarPanel", "bar_panels", "draw", "write_panels", "write_clouds", "build",
            "main"]
@@ -242,7 +242,7 @@ def write_panels(report: dict, out_dir, *, dpi: int = 120) -> dict[str, str]:
 
 
 def write_clouds(frequencies: Mapping[str, Mapping[str, float]], out_dir, *, seed: int = 0) -> dict[str, str]:
-    """Write one 800 x 400 word-cloud PNG per tail, ``cloud_<tail>.png`` (``+`` -> ``_plus``, ``-`` -> ``_minus``).
+    """Write one 800 x 400 word-cloud PNG per tail, named by :func:`diagnostics.tails.cloud_file`.
 
     Parameters
     ----------
@@ -257,6 +257,8 @@ def write_clouds(frequencies: Mapping[str, Mapping[str, float]], out_dir, *, see
     dict
         Tail -> path written (str); tails without a word of positive size are skipped.
     """
+    from diagnostics.tails import cloud_file  # the statistics name the files that reports link to
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
@@ -264,7 +266,7 @@ def write_clouds(frequencies: Mapping[str, Mapping[str, float]], out_dir, *, see
         cloud = word_cloud(words, width=800, height=400, seed=seed)
         if cloud is None:
             continue
-        path = out_dir / f"cloud_{tail.replace('+', '_plus').replace('-', '_minus')}.png"
+        path = out_dir / cloud_file(tail)
         cloud.to_file(str(path))
         paths[tail] = str(path)
     return paths
@@ -316,13 +318,10 @@ def _main(argv: Sequence[str] | None) -> int:
     paths = build(args.run[0] if args.run else None, args.out, report=args.report, n_boot=args.n_boot, ci=args.ci,
                   seed=args.seed, steps=args.steps, total_steps=args.total_steps, pdf=args.pdf, dpi=args.dpi,
                   paper_reference=args.paper_reference)
-    print("wrote " + ", ".join(map(str, paths)))
-    return 0
+    return wrote(paths)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m figures.fig2_diagnosis``."""
-    return run_main(_main, argv, prog=f"figures.{NAME}")
+main = entry_point(_main, f"figures.{NAME}")
 
 
 if __name__ == "__main__":

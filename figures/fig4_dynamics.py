@@ -25,9 +25,9 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from diagnostics.runs import VAL_OVERALL, VAL_PREFIX
-from figures._common import RunInfo, SkipFigure, check_paper_model, figure_parser, load_runs
+from figures._common import RunInfo, SkipFigure, check_paper_model, figure_parser, load_runs, wrote
 from figures.drawing import add_caption, pyplot, runs_caption, save_figure
-from ocsd.cli import run_main
+from ocsd.cli import entry_point
 
 __all__ = ["Curve", "curves", "draw", "build", "line_styles", "main", "paper_lines"]
 
@@ -215,13 +215,10 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     paths = build(args.run, args.out, labels=args.label or None, pdf=args.pdf, dpi=args.dpi,
                   paper_reference=args.paper_reference)
-    print("wrote " + ", ".join(map(str, paths)))
-    return 0
+    return wrote(paths)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m figures.fig4_dynamics``."""
-    return run_main(_main, argv, prog=f"figures.{NAME}")
+main = entry_point(_main, f"figures.{NAME}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Paper Fig. 5 (appendix "Observation-Swapping Sensitivity Analysis"): AUROC under realized and swapped o_{k+1}.
 
-Draws the JSON of ``python -m diagnostics.swap --run DIR`` (``DIR/swap/swap.json``): the AUROC of the step score
+Draws the JSON of ``python -m rescoring.swap --run DIR`` (``DIR/swap/swap.json``): the AUROC of the step score
 (mean |e| over the step's tokens) for progress against invalid steps, no-progress steps left out, once with the
 realized next observation and once with o_{k+1} swapped for donor observations, each with the diagnostic's
 bootstrap interval. One group of two bars per run (labelled by the JSON's ``run``, else the run folder's name),
@@ -26,16 +26,16 @@ from typing import Sequence
 
 import numpy as np
 
-from figures._common import FigureError, SkipFigure, check_run_dir, figure_parser, read_json_file
+from figures._common import FigureError, SkipFigure, check_run_dir, figure_parser, read_json_file, wrote
 from figures.drawing import add_caption, number, pyplot, save_figure
-from ocsd.cli import run_main, write_json
+from ocsd.cli import entry_point, write_json
 
 __all__ = ["SWAP_FILE", "SwapInput", "Group", "swap_command", "read_swap", "find_inputs", "groups", "paper_groups",
            "draw", "caption", "build", "main"]
 
 NAME = "fig5_swap"
 SWAP_FILE = Path("swap") / "swap.json"
-"""Where ``python -m diagnostics.swap --run DIR`` writes, relative to the run folder."""
+"""Where ``python -m rescoring.swap --run DIR`` writes, relative to the run folder."""
 CONDITIONS = {"realized": ("realized $o_{k+1}$", "#4C72B0"), "swapped": ("swapped $o_{k+1}$", "#DD8452")}
 """Bar of each group -> (legend label, colour), left to right."""
 DEFAULT_ORIENTATION = "higher mean |e| predicts progress"
@@ -46,7 +46,7 @@ _COUNTS = ("n_steps", "n_progress", "n_no_progress", "n_invalid", "n_trajectorie
 
 def swap_command(run_dir) -> str:
     """The command that writes a run's swap file."""
-    return f"python -m diagnostics.swap --run {run_dir}"
+    return f"python -m rescoring.swap --run {run_dir}"
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class Group:
 
 
 def _fail(path: Path, key: str, problem: str):
-    return FigureError(f"{path}: {key} {problem}; expected the JSON written by diagnostics.swap")
+    return FigureError(f"{path}: {key} {problem}; expected the JSON written by rescoring.swap")
 
 
 def _is_number(value) -> bool:
@@ -128,7 +128,7 @@ def _check_counts(path: Path, key: str, entry: dict, required: Sequence[str]) ->
 
 
 def read_swap(path, *, label: str | None = None) -> SwapInput:
-    """Read and check a ``python -m diagnostics.swap`` ``swap.json`` (or the folder holding it).
+    """Read and check a ``python -m rescoring.swap`` ``swap.json`` (or the folder holding it).
 
     Parameters
     ----------
@@ -147,7 +147,7 @@ def read_swap(path, *, label: str | None = None) -> SwapInput:
     path, data = read_json_file(path, SWAP_FILE.name, "swap file")
     if not isinstance(data, dict):
         raise FigureError(f"{path}: holds {type(data).__name__}, not an object; expected the JSON written by "
-                          f"diagnostics.swap")
+                          f"rescoring.swap")
     for key in CONDITIONS:
         if key not in data:
             raise _fail(path, key, "is missing")
@@ -405,9 +405,9 @@ def build(run_dirs: Sequence = (), out_dir="figures_out", *, swap_files: Sequenc
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = figure_parser(f"figures.{NAME}", __doc__.split("\n")[0],
-                           run_help=f"run folder with {SWAP_FILE} (python -m diagnostics.swap --run DIR); repeatable")
+                           run_help=f"run folder with {SWAP_FILE} (python -m rescoring.swap --run DIR); repeatable")
     parser.add_argument("--swap", action="append", default=[], metavar="FILE",
-                        help="a diagnostics.swap swap.json named directly (or its folder); repeatable")
+                        help="a rescoring.swap swap.json named directly (or its folder); repeatable")
     parser.add_argument("--per-checkpoint", action="store_true",
                         help="one group per checkpoint of each run instead of one per run")
     parser.add_argument("--paper-reference", action="store_true",
@@ -416,13 +416,10 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     paths = build(args.run, args.out, swap_files=args.swap, per_checkpoint=args.per_checkpoint,
                   paper_reference=args.paper_reference, pdf=args.pdf, dpi=args.dpi)
-    print("wrote " + ", ".join(map(str, paths)))
-    return 0
+    return wrote(paths)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m figures.fig5_swap``."""
-    return run_main(_main, argv, prog=f"figures.{NAME}")
+main = entry_point(_main, f"figures.{NAME}")
 
 
 if __name__ == "__main__":

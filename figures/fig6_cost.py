@@ -28,9 +28,9 @@ from typing import Sequence
 import numpy as np
 
 from diagnostics.runs import PhaseTimes, phase_times
-from figures._common import FigureError, SkipFigure, figure_parser, load_runs
+from figures._common import FigureError, SkipFigure, figure_parser, load_runs, wrote
 from figures.drawing import add_caption, pyplot, runs_caption, save_figure
-from ocsd.cli import run_main
+from ocsd.cli import entry_point
 
 __all__ = ["PHASES", "axis_break", "draw", "draw_modules", "table", "build", "main"]
 
@@ -257,13 +257,10 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     paths = build(args.run, args.out, labels=args.label or None, skip_steps=args.skip_steps, pdf=args.pdf,
                   dpi=args.dpi, paper_reference=args.paper_reference)
-    print("wrote " + ", ".join(map(str, paths)))
-    return 0
+    return wrote(paths)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m figures.fig6_cost``."""
-    return run_main(_main, argv, prog=f"figures.{NAME}")
+main = entry_point(_main, f"figures.{NAME}")
 
 
 if __name__ == "__main__":

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Sequence
 
 from diagnostics.runs import VAL_OVERALL, SeedStats, validation_stats
-from figures._common import SkipFigure, add_output_options, check_paper_model, check_run_dir, load_runs
+from figures._common import SkipFigure, add_output_options, check_paper_model, check_run_dir, load_runs, wrote
 from figures.drawing import pyplot, save_figure
-from ocsd.cli import run_main
+from ocsd.algorithm.protocol import PAPER_BETA, PAPER_RHO
+from ocsd.cli import entry_point
 
 __all__ = ["sensitivity_points", "draw", "build", "main"]
 
@@ -100,8 +101,8 @@ def draw(points: dict, *, defaults: dict[str, float], paper: dict | None = None,
     return fig
 
 
-def build(index, out_dir, *, rho_default: float = 0.2, beta_default: float = 0.5, paper_reference: str | None = None,
-          pdf: bool = False, dpi: int = 150) -> list[Path]:
+def build(index, out_dir, *, rho_default: float = PAPER_RHO, beta_default: float = PAPER_BETA,
+          paper_reference: str | None = None, pdf: bool = False, dpi: int = 150) -> list[Path]:
     """Read the sweep index, draw both panels and write the PNG (and PDF) and the values drawn.
 
     Raises
@@ -156,20 +157,19 @@ def _main(argv: Sequence[str] | None) -> int:
 
     parser = argparse.ArgumentParser(prog=f"python -m figures.{NAME}", description=__doc__.split("\n")[0])
     parser.add_argument("--index", required=True, metavar="JSON", help="training.sweep index.json (or its folder)")
-    parser.add_argument("--rho-default", type=float, default=0.2, help="rho held fixed in panel (b) (default 0.2)")
-    parser.add_argument("--beta-default", type=float, default=0.5, help="beta held fixed in panel (a) (default 0.5)")
+    parser.add_argument("--rho-default", type=float, default=PAPER_RHO,
+                        help=f"rho held fixed in panel (b) (default {PAPER_RHO}, the paper's)")
+    parser.add_argument("--beta-default", type=float, default=PAPER_BETA,
+                        help=f"beta held fixed in panel (a) (default {PAPER_BETA}, the paper's)")
     parser.add_argument("--paper-reference", metavar="MODEL", help="add the paper's points (Qwen3-4B)")
     add_output_options(parser)
     args = parser.parse_args(argv)
     paths = build(args.index, args.out, rho_default=args.rho_default, beta_default=args.beta_default,
                   paper_reference=args.paper_reference, pdf=args.pdf, dpi=args.dpi)
-    print("wrote " + ", ".join(map(str, paths)))
-    return 0
+    return wrote(paths)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m figures.fig7_sensitivity``."""
-    return run_main(_main, argv, prog=f"figures.{NAME}")
+main = entry_point(_main, f"figures.{NAME}")
 
 
 if __name__ == "__main__":

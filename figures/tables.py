@@ -42,7 +42,7 @@ from typing import Callable, Sequence
 from diagnostics.runs import VAL_OVERALL, VAL_PREFIX, SeedStats, evaluation_row, last_validation, validation_stats
 from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, add_output_options, check_paper_model,
                              check_run_dir, load_runs, method_label, read_json_file)
-from ocsd.cli import run_main
+from ocsd.cli import entry_point
 from ocsd.environments import get_environment
 from ocsd.records import checkpoint_dirs
 
@@ -534,9 +534,7 @@ def _main(argv: Sequence[str] | None) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m figures.tables``."""
-    return run_main(_main, argv, prog="figures.tables")
+main = entry_point(_main, "figures.tables")
 
 
 if __name__ == "__main__":

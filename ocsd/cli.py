@@ -20,11 +20,18 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["UsageError", "SkipCommand", "positive_int", "non_negative_int", "folder_problem", "output_folder",
-           "jsonable", "write_json", "fmt", "format_table", "emit", "run_main"]
+__all__ = ["InputError", "UsageError", "SkipCommand", "positive_int", "non_negative_int", "folder_problem",
+           "output_folder", "jsonable", "write_json", "fmt", "format_table", "emit", "run_main", "entry_point"]
 
 
-class UsageError(ValueError):
+class InputError(ValueError):
+    """Bad input that a command reports in one line naming the flag, file or field. Exit status 2.
+
+    The base of :class:`UsageError` and of the replay-score format's ``ocsd.records.RecordError``, so that
+    :func:`run_main` handles both without importing the format."""
+
+
+class UsageError(InputError):
     """A command-line flag or input is wrong; the message names it. Exit status 2."""
 
 
@@ -155,8 +162,6 @@ def run_main(body: Callable[[Sequence[str] | None], int], argv: Sequence[str] | 
     with ``error: ...``; :class:`SkipCommand` exits 1 with ``<prog>: skipped: ...``. Warnings are printed
     as one line each, ``warning: ...``. Output piped into a reader that stops early (``| head``) ends the
     command quietly with status 141, as for other Unix tools."""
-    from ocsd.records import RecordError
-
     warnings.simplefilter("default")
     warnings.formatwarning = _warning_line
     try:
@@ -167,6 +172,28 @@ def run_main(body: Callable[[Sequence[str] | None], int], argv: Sequence[str] | 
     except SkipCommand as exc:
         sys.stderr.write(f"{prog + ': ' if prog else ''}skipped: {exc}\n")
         return 1
-    except (UsageError, RecordError, FileNotFoundError, NotADirectoryError, *errors) as exc:
+    except (InputError, FileNotFoundError, NotADirectoryError, *errors) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+
+
+def entry_point(body: Callable[[Sequence[str] | None], int], prog: str, *,
+                errors: tuple[type[BaseException], ...] | Callable[[], tuple] = ()) -> Callable[..., int]:
+    """The ``main(argv=None)`` of the command ``python -m <prog>``: ``body`` run by :func:`run_main`.
+
+    Parameters
+    ----------
+    body : callable
+        ``body(argv) -> exit status``, the command itself.
+    prog : str
+        The module run by ``python -m``; it names the command in skip messages.
+    errors : tuple of exception types, or a callable returning one
+        Further exceptions reported as bad input (exit 2); a callable is called when the command runs (for
+        exception types whose module is costly to import).
+    """
+    def main(argv: Sequence[str] | None = None) -> int:
+        return run_main(body, argv, errors=errors() if callable(errors) else errors, prog=prog)
+
+    main.__doc__ = f"Entry point of ``python -m {prog}`` on ``argv`` (default ``sys.argv[1:]``); the exit status."
+    main.__qualname__ = main.__name__ = "main"
+    return main

@@ -3,7 +3,7 @@
 A researcher's new view (any :class:`ocsd.replay.views.ReplayView`, referenced as ``module:Class``) is paired
 with its Observation-Ablated twin (the view's ``ablated_twin`` attribute, ``--twin``, default ``ablated``), and
 the stored selected steps of a run are re-scored under student, Full, Observation-Ablated, the view and its twin
-with each checkpoint's own weights (:mod:`diagnostics.rescore`). The paper's diagnostic battery then runs twice
+with each checkpoint's own weights (:mod:`rescoring.rescore`). The paper's diagnostic battery then runs twice
 on the same steps, side by side: on the baseline (Full and Ablated, ``--baseline``) and on the design, where
 the design's signals are
 
@@ -21,7 +21,7 @@ The report answers, point by point, whether the design is more observation-speci
 2. feedback AUROC of the residual, design minus baseline (paired trajectory-cluster bootstrap);
 3. the residual's gain over its own support (raw Delta AUROC), design against baseline;
 4. mean D over the environment-facing roles (Action, Entity/State), design against baseline;
-5. observation-swap sensitivity (:mod:`diagnostics.swap`): the drop of the residual's AUROC when o_{k+1} is
+5. observation-swap sensitivity (:mod:`rescoring.swap`): the drop of the residual's AUROC when o_{k+1} is
    swapped, design against baseline (not applicable when the view does not show o_{k+1});
 6. word tails: Jaccard overlap of the residual+ and support+ top words (lower: the residual picks other
    words than its support).
@@ -30,12 +30,13 @@ The verdicts are :mod:`diagnostics.verdicts`: yes or no only where the intervals
 
 Command::
 
-    python -m diagnostics.audit --run DIR --view module:Class [--twin NAME] [--baseline full]
+    python -m rescoring.audit --run DIR --view module:Class [--twin NAME] [--baseline full]
         [--ckpt-steps N,N] [--donors 5] [--per-category 40] [--donor-text any|differ] [--model PATH] [--device cpu] [--out DIR]
         [--n-boot 1000] [--seed 0] [--json]
 
-Writes ``audit.md`` (with figures), ``audit.json`` and the design's word clouds to ``--out`` (default
-``DIR/audit_<view name>``).
+Writes ``audit.md``, ``audit.json`` and the design's tail words (``tails_top_words.csv``) to ``--out`` (default
+``DIR/audit_<view name>``); ``python -m figures.panels OUT/audit.json`` draws ``audit.png`` and the design's word
+clouds into that folder.
 """
 
 from __future__ import annotations
@@ -52,11 +53,11 @@ import pandas as pd
 from diagnostics import tails
 from diagnostics.bootstrap import paired_delta_auroc
 from diagnostics.load import DiagnosticsError, from_replay
-from diagnostics.rescore import (Checkpoint, Rescorer, check_bootstrap, checkpoint_rescorers, parse_steps,
-                                 rescoring_main, rescoring_parser, run_checkpoints, run_label)
+from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, checkpoint_rescorers, parse_steps,
+                               rescoring_entry_point, rescoring_parser, run_checkpoints, run_label)
 from diagnostics.stats import DegenerateInputWarning
 from diagnostics.verdicts import audit_points
-from diagnostics.swap import swap_auroc, swap_drop, swap_plan, swap_scores
+from rescoring.swap import swap_auroc, swap_drop, swap_plan, swap_scores
 from ocsd.cli import emit, fmt, format_table, output_folder, positive_int, write_json
 from ocsd.records import CHECKPOINT_COLUMN
 from ocsd.replay.render import RenderedStep
@@ -180,8 +181,8 @@ def _diag_data(steps: pd.DataFrame, tokens: pd.DataFrame, env: str, pair: str, t
 
 def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | None = None,
           baseline: str = "full", ckpt_steps: Sequence[int] | None = None, donors: int = 5, per_category: int = 40,
-          swap: bool = True, same_text: bool = True, model: str | None = None, device: str | None = None, dtype: str | None = None,
-          n_boot: int = 1000, ci: float = 0.95, seed: int = 0, top: int = 30, progress: bool = True) -> tuple[dict, dict]:
+          swap: bool = True, same_text: bool = True, model: str | None = None, device: str | None = None,
+          dtype: str | None = None, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, top: int = 30, progress: bool = True) -> tuple[dict, dict]:
     """Audit ``view`` against ``baseline`` on the selected steps of ``run`` (module docstring).
 
     Parameters
@@ -198,8 +199,6 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
     rates : dict
         ``{"baseline", "design"}`` -> tail-rate tables (for the word clouds).
     """
-    from diagnostics.report import diagnose
-
     base, design = Design.of(baseline), Design.of(view, twin)
     ckpts = run_checkpoints(run, ckpt_steps, model=model, default="all")
     env = str(ckpts[0].meta["env"])
@@ -214,17 +213,13 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
         unrendered += [f"{ckpt.name}: {reason}" for reason in skipped]
         step_frames.append(st.assign(**{CHECKPOINT_COLUMN: str(ckpt.folder)}))
         token_frames.append(tok.assign(**{CHECKPOINT_COLUMN: str(ckpt.folder)}))
-        if swap:  # the targets and donors of diagnostics.swap
+        if swap:  # the targets and donors of rescoring.swap
             plan = swap_plan(ckpt, donors=donors, per_category=per_category, seed=seed, same_text=same_text)
             short += len(plan.short)
             for side, pair in (("baseline", base), ("design", design)):
-                sc = swap_scores(rescorer, plan.records, plan.donors, view=pair.view, twin=pair.twin,
-                                 progress=progress)
-                shows[side] = shows[side] or sc.shows_observation
-                swap_frames[side].append(pd.DataFrame({
-                    "checkpoint": ckpt.name, "traj_uid": [u for u, _ in sc.keys], "step_idx": [k for _, k in sc.keys],
-                    "category": [plan.category(k) for k in sc.keys], "S_realized": sc.realized,
-                    "S_swapped": sc.swapped}))
+                frame, shown = _swap_frame(ckpt, plan, rescorer, pair, progress=progress)
+                swap_frames[side].append(frame)
+                shows[side] = shows[side] or shown
         last = rescorer
     steps, tokens = pd.concat(step_frames, ignore_index=True), pd.concat(token_frames, ignore_index=True)
     if tokens.empty:
@@ -232,14 +227,7 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
     total = int(max(c.global_step for c in ckpts))
     data = {side: _diag_data(steps, tokens, env, pair, total) for side, pair in (("baseline", "base"),
                                                                                 ("design", "design"))}
-    battery, rates = {}, {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DegenerateInputWarning)  # missing classes show as nan in the report
-        for side in ("baseline", "design"):
-            battery[side], rates[side] = diagnose(data[side], n_boot=n_boot, ci=ci, seed=seed, top=top,
-                                                  progress=False)
-            battery[side].pop("seconds")
-        gains = _paired_gains(data["baseline"], data["design"], n_boot=n_boot, ci=ci, seed=seed)
+    battery, rates, gains = _batteries(data, n_boot=n_boot, ci=ci, seed=seed, top=top)
     result = {"run": run_label(run), "view": design.view.name, "twin": design.twin.name,
               "baseline_view": base.view.name, "baseline_twin": base.twin.name, "checkpoints": [c.global_step for c in ckpts],
               "weights": sorted({c.weights for c in ckpts}), "device": last.device, "dtype": last.dtype,
@@ -256,6 +244,33 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
                                     "n_steps": int(len(frame)), "shows_observation": shows[side]}
     result["points"] = audit_points(result)
     return result, rates
+
+
+def _swap_frame(ckpt: Checkpoint, plan, rescorer: Rescorer, pair: Design, *, progress: bool
+                ) -> tuple[pd.DataFrame, bool]:
+    """The realized and swapped scores of one side's pair of views on a checkpoint's swap plan, and whether its view
+    shows o_(k+1)."""
+    sc = swap_scores(rescorer, plan.records, plan.donors, view=pair.view, twin=pair.twin, progress=progress)
+    frame = pd.DataFrame({"checkpoint": ckpt.name, "traj_uid": [u for u, _ in sc.keys],
+                          "step_idx": [k for _, k in sc.keys], "category": [plan.category(k) for k in sc.keys],
+                          "S_realized": sc.realized, "S_swapped": sc.swapped})
+    return frame, sc.shows_observation
+
+
+def _batteries(data: dict, *, n_boot: int, ci: float, seed: int, top: int) -> tuple[dict, dict, dict]:
+    """The diagnosis battery (:func:`diagnostics.report.diagnose`) and tail rates of each side, and the paired gains
+    of the design over the baseline."""
+    from diagnostics.report import diagnose
+
+    battery, rates = {}, {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateInputWarning)  # missing classes show as nan in the report
+        for side in ("baseline", "design"):
+            battery[side], rates[side] = diagnose(data[side], n_boot=n_boot, ci=ci, seed=seed, top=top,
+                                                  progress=False)
+            battery[side].pop("seconds")
+        gains = _paired_gains(data["baseline"], data["design"], n_boot=n_boot, ci=ci, seed=seed)
+    return battery, rates, gains
 
 
 def _merge_structure(total: dict, part: dict) -> dict:
@@ -291,7 +306,7 @@ def _cell(value) -> str:
     return value if isinstance(value, str) else "-" if value is None else fmt(value)
 
 
-def _markdown(result: dict, files: dict) -> str:
+def _markdown(result: dict) -> str:
     pct = f"{result['ci']:.0%}"
     b, d = result["baseline"], result["design"]
     name = f"`{result['view']}` (twin `{result['twin']}`)"
@@ -340,7 +355,8 @@ def _markdown(result: dict, files: dict) -> str:
                     for side in ("baseline", "design")], ""]
     lines += ["## Word tails of the design", "", "| tail | top words |", "|---|---|",
               *[f"| {k} | {', '.join(w['word'] for w in v[:15])} |" for k, v in d["tails"]["top"].items()], "",
-              *[f"![{k}]({Path(p).name})" for k, p in files.items() if p.endswith(".png")], ""]
+              "The pictures are drawn into this folder by `python -m figures.panels audit.json`.", "",
+              "![audit](audit.png)", *[f"![{k}]({tails.cloud_file(k)})" for k in d["tails"]["clouds"]], ""]
     if result["unrendered"]:
         lines += [f"{len(result['unrendered'])} selected step(s) could not be rendered under every view and are left "
                   f"out of both sides: {result['unrendered'][0]}", ""]
@@ -348,16 +364,14 @@ def _markdown(result: dict, files: dict) -> str:
 
 
 def build_audit(run, view, out_dir, **kwargs) -> dict:
-    """Run :func:`audit` and write ``audit.md``, ``audit.json``, ``audit.png`` and the design's word clouds."""
-    from figures.audit_panels import draw_audit
+    """Run :func:`audit` and write ``audit.md``, ``audit.json`` and the design's tail words (CSV).
 
+    ``python -m figures.panels OUT/audit.json`` draws ``audit.png`` and the design's word clouds."""
     result, rates = audit(run, view, **kwargs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = {"audit_png": str(draw_audit(result, out_dir))}
-    files.update(tails.write_files(rates["design"], out_dir, top=kwargs.get("top", 30), seed=kwargs.get("seed", 0)))
-    result["files"] = {k: str(v) for k, v in files.items()}
-    (out_dir / "audit.md").write_text(_markdown(result, result["files"]))
+    result["files"] = {"csv": str(tails.write_csv(rates["design"], out_dir, top=kwargs.get("top", 30)))}
+    (out_dir / "audit.md").write_text(_markdown(result))
     result["files"]["report"] = str(out_dir / "audit.md")
     write_json(out_dir / "audit.json", result)
     return result
@@ -372,7 +386,7 @@ def table(result: dict) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = rescoring_parser("diagnostics.audit", __doc__.split("\n\n")[0],
+    p = rescoring_parser("rescoring.audit", __doc__.split("\n\n")[0],
                          ckpt_help="checkpoints (default: all of the run)")
     p.add_argument("--view", required=True, help="the view under audit: a built-in name or module:Class")
     p.add_argument("--twin", default=None, help="its Observation-Ablated twin (default: the view's ablated_twin, "
@@ -398,13 +412,12 @@ def _main(argv: Sequence[str] | None) -> int:
                          device=args.device, dtype=args.dtype,
                          n_boot=args.n_boot, ci=args.ci, seed=args.seed, top=args.top,
                          progress=not args.no_progress and not args.json)
-    emit(args.json, result, table(result) + f"\n\nwrote {result['files']['report']}")
+    emit(args.json, result, table(result) + f"\n\nwrote {result['files']['report']}\n"
+                                            f"pictures: python -m figures.panels {Path(out) / 'audit.json'}")
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m diagnostics.audit``."""
-    return rescoring_main(_main, argv)
+main = rescoring_entry_point(_main, "rescoring.audit")
 
 
 if __name__ == "__main__":

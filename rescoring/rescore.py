@@ -1,4 +1,4 @@
-"""Re-scoring stored steps with a checkpoint's weights: what ``diagnostics.swap`` and ``diagnostics.audit`` share.
+"""Re-scoring stored steps with a checkpoint's weights: what ``rescoring.swap`` and ``rescoring.audit`` share.
 
 A checkpoint ``global_step_N`` of a training run holds ``actor/`` (a Hugging Face folder, LoRA merged),
 saved after the update of step N, and ``replay/`` scored during step N, before that update. Re-scoring
@@ -32,8 +32,8 @@ from ocsd.replay.render import RenderedStep, render_steps
 from ocsd.replay.views import ReplayView, StepRecord
 
 __all__ = ["Checkpoint", "Rescorer", "checkpoint_weights", "model_weights", "parse_steps", "check_bootstrap",
-           "rescoring_main", "rescoring_parser", "run_checkpoints", "run_label", "scoring_device", "stored_residual_gap",
-           "swapped_record"]
+           "rescoring_entry_point", "rescoring_parser", "run_checkpoints", "run_label", "scoring_device",
+           "stored_residual_gap", "swapped_record"]
 
 PAPER_CHECKPOINTS = (10, 50, 100, 150)
 """Checkpoints of the paper's observation-swapping analysis (appendix "Observation-Swapping Sensitivity
@@ -305,8 +305,9 @@ def checkpoint_rescorers(run: str | Path, ckpts: Sequence[Checkpoint], *, device
     rescorer = None
     for ckpt in ckpts:
         if rescorer is None or rescorer.weights != ckpt.weights:
-            rescorer = Rescorer(ckpt.weights, env=str(ckpt.meta["env"]), max_prompt_length=settings.get("max_prompt_length"),
-                                device=device, dtype=dtype, token_budget=settings.get("scoring_token_budget"))
+            rescorer = Rescorer(ckpt.weights, env=str(ckpt.meta["env"]),
+                                max_prompt_length=settings.get("max_prompt_length"), device=device, dtype=dtype,
+                                token_budget=settings.get("scoring_token_budget"))
         yield ckpt, rescorer
 
 
@@ -333,7 +334,8 @@ def rescoring_parser(prog: str, description: str, *, ckpt_help: str) -> argparse
                       help="any (default, the appendix's sampling): donors as drawn, possibly reading like the "
                            "step's own o_{k+1}; differ: only donors whose text differs from it")
     weights = p.add_argument_group("weights")
-    weights.add_argument("--model", default=None, help="re-score with these weights instead of each checkpoint's actor/")
+    weights.add_argument("--model", default=None,
+                         help="re-score with these weights instead of each checkpoint's actor/")
     weights.add_argument("--device", default=None, help="cpu or cuda (default: the run's device when available)")
     weights.add_argument("--dtype", default=None, help="float32, bfloat16, ... (default: the run's dtype)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
@@ -342,12 +344,18 @@ def rescoring_parser(prog: str, description: str, *, ckpt_help: str) -> argparse
     return p
 
 
-def rescoring_main(body, argv) -> int:
-    """Run a re-scoring command's body (:func:`ocsd.cli.run_main`); weights that cannot be found exit 2 as well."""
-    from ocsd.cli import run_main
-    from ocsd.replay.models import ModelNotFoundError
+def _weights_errors() -> tuple[type[BaseException], ...]:
+    from ocsd.replay.models import ModelNotFoundError  # loads torch: only when a command runs
 
-    return run_main(body, argv, errors=(ModelNotFoundError,))
+    return (ModelNotFoundError,)
+
+
+def rescoring_entry_point(body, prog: str):
+    """The ``main(argv=None)`` of a re-scoring command (:func:`ocsd.cli.entry_point`); weights that cannot be found
+    exit 2 as well."""
+    from ocsd.cli import entry_point
+
+    return entry_point(body, prog, errors=_weights_errors)
 
 
 def check_bootstrap(args: argparse.Namespace) -> None:

@@ -13,7 +13,7 @@ that followed it, or only on there being observation text? For each chosen check
    the step's own o_{k+1} (an invalid step often gets "Nothing happens." back); ``--donor-text differ``
    draws only donors whose text differs, so that every donor is a real swap. A step with fewer candidates
    is reported (``insufficient_donors``), never silently dropped.
-3. **Scores** with the checkpoint's own actor weights (:mod:`diagnostics.rescore`): realized
+3. **Scores** with the checkpoint's own actor weights (:mod:`rescoring.rescore`): realized
    e = log pi_F - log pi_A; swapped e_j = log pi_{F, o_{k+1} <- donor j} - log pi_A, where only o_{k+1} is
    replaced (g(a_{k+1}), o_{k+2}, the response and the Ablated view unchanged). Step scores
    S_real = mean_t |e_t| and S_swap = (1/J) sum_j mean_t |e_{j,t}|.
@@ -24,7 +24,7 @@ that followed it, or only on there being observation text? For each chosen check
 
 Command::
 
-    python -m diagnostics.swap --run DIR [--ckpt-steps 10,50,100,150] [--donors 5] [--per-category 40]
+    python -m rescoring.swap --run DIR [--ckpt-steps 10,50,100,150] [--donors 5] [--per-category 40]
         [--donor-text any|differ] [--model PATH] [--device cpu|cuda] [--dtype bfloat16] [--out DIR] [--n-boot 1000] [--seed 0] [--json]
 
 Writes ``swap.json`` (the result below) and ``swap_steps.csv`` (every evaluation step with its donors'
@@ -45,9 +45,9 @@ import pandas as pd
 
 from diagnostics.bootstrap import bootstrap_auroc, paired_delta_auroc
 from diagnostics.load import DiagnosticsError
-from diagnostics.rescore import (Checkpoint, Rescorer, check_bootstrap, checkpoint_rescorers, parse_steps,
-                                 rescoring_main, rescoring_parser, run_checkpoints, run_label, stored_residual_gap,
-                                 swapped_record)
+from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, checkpoint_rescorers, parse_steps,
+                               rescoring_entry_point, rescoring_parser, run_checkpoints, run_label,
+                               stored_residual_gap, swapped_record)
 from diagnostics.stats import DegenerateInputWarning
 from ocsd.cli import emit, format_table, output_folder, write_json
 from ocsd.records import PROGRESS_LABELS
@@ -156,7 +156,7 @@ def swap_scores(rescorer: Rescorer, records: Mapping[tuple[str, int], StepRecord
 
     The view and its twin are rendered together as the trainer renders them (one history, shortened to the
     prompt limit); each swapped view is the view on the rendered step with o_{k+1} replaced
-    (:func:`diagnostics.rescore.swapped_record`). All contexts of a step are scored in one item, so they share
+    (:func:`rescoring.rescore.swapped_record`). All contexts of a step are scored in one item, so they share
     their common prefix.
     """
     view, twin = get_view(view), get_view(twin)
@@ -231,7 +231,7 @@ class SwapPlan:
 
 def swap_plan(ckpt: Checkpoint, *, donors: int, per_category: int, seed: int, same_text: bool = True) -> SwapPlan:
     """The targets and donors of a checkpoint, drawn by a generator seeded with ``[seed, global_step]``, so that
-    ``diagnostics.swap`` and ``diagnostics.audit`` evaluate the same steps with the same donors."""
+    ``rescoring.swap`` and ``rescoring.audit`` evaluate the same steps with the same donors."""
     rng = np.random.default_rng([seed, ckpt.global_step])
     targets = select_targets(ckpt.steps, per_category, rng)
     donor_obs, short = assign_donors(ckpt.steps, targets, donors, rng, same_text=same_text)
@@ -255,7 +255,7 @@ def checkpoint_swap(ckpt: Checkpoint, rescorer: Rescorer, *, donors: int, per_ca
     skipped : list of str
         Targets that could not be rendered.
     gap : float
-        :func:`diagnostics.rescore.stored_residual_gap` of the re-scored realized residuals.
+        :func:`rescoring.rescore.stored_residual_gap` of the re-scored realized residuals.
     """
     plan = swap_plan(ckpt, donors=donors, per_category=per_category, seed=seed, same_text=same_text)
     scores = swap_scores(rescorer, plan.records, plan.donors, progress=progress)
@@ -368,7 +368,7 @@ def write_outputs(result: dict, steps: pd.DataFrame, out: str | Path) -> dict[st
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = rescoring_parser("diagnostics.swap", __doc__.split("\n\n")[0],
+    p = rescoring_parser("rescoring.swap", __doc__.split("\n\n")[0],
                          ckpt_help="global steps of the checkpoints (default: the paper's 10,50,100,150 that exist, "
                                    "else all)")
     p.add_argument("--higher", choices=("progress", "invalid"), default="progress",
@@ -397,9 +397,7 @@ def _main(argv: Sequence[str] | None) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m diagnostics.swap``."""
-    return rescoring_main(_main, argv)
+main = rescoring_entry_point(_main, "rescoring.swap")
 
 
 if __name__ == "__main__":

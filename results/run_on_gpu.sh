@@ -257,13 +257,13 @@ three_tries "$R/global_step_${STEPS:-4}/replay/meta.json" '30 + RANDOM % 60' \
     || { echo "train $NAME: no checkpoint of step ${STEPS:-4} after three tries" >&2; exit 1; }
 echo "train done $(( $(date +%s) - T0 )) s"
 STEPS_ARG=${SWAP_STEPS:+--ckpt-steps $SWAP_STEPS}
-python3 -m diagnostics.swap --run $R --device cuda --no-progress $STEPS_ARG 2>&1 | grep -v "Loading weights" | tail -12
+python3 -m rescoring.swap --run $R --device cuda --no-progress $STEPS_ARG 2>&1 | grep -v "Loading weights" | tail -12
 if [ "$MODE" = ocsd ] && [ "${AUDIT:-1}" = 1 ]; then
-    python3 -m diagnostics.swap --run $R --device cuda --no-progress --donor-text differ --out $R/swap_differ 2>&1 \
+    python3 -m rescoring.swap --run $R --device cuda --no-progress --donor-text differ --out $R/swap_differ 2>&1 \
         | grep -v "Loading weights" | tail -9
     echo "swap done $(( $(date +%s) - T0 )) s"
     for view in one_obs scaffold_only; do
-        python3 -m diagnostics.audit --run $R --view $view --device cuda --no-progress 2>&1 \
+        python3 -m rescoring.audit --run $R --view $view --device cuda --no-progress 2>&1 \
             | grep -v "Loading weights" | tail -10
         echo "audit $view done $(( $(date +%s) - T0 )) s"
     done

@@ -53,6 +53,7 @@ from typing import Callable
 import torch
 
 from ocsd.algorithm.advantages import gated_distill_loss_matrix, ocsd_token_advantage, rlsd_token_advantage
+from ocsd.algorithm.protocol import PAPER_BETA
 from ocsd.algorithm.signals import calibration_signal, observation_residual
 
 
@@ -215,7 +216,7 @@ ADVANTAGE_RULES: dict[str, Callable[..., torch.Tensor]] = {
 """Token-advantage rules by name: ``rule(spec, inputs, **hyper) -> (S, T)``."""
 
 
-def token_advantages(spec: MethodSpec, inputs: TokenInputs, *, beta: float = 0.5, rlsd_lambda: float = 0.0,
+def token_advantages(spec: MethodSpec, inputs: TokenInputs, *, beta: float = PAPER_BETA, rlsd_lambda: float = 0.0,
                      rlsd_clip_eps: float = 0.2) -> torch.Tensor:
     """Token advantages of a method, shape (S, T), 0 on padding.
 

@@ -1,4 +1,4 @@
-"""The replay-score format, version 1 (``shared/CONTRACT.md``).
+"""The replay-score format, version 1 (``docs/replay-format.md``).
 
 Every trainer writes these files at every checkpoint and every diagnostic reads only them::
 
@@ -18,73 +18,11 @@ Modules:
 - ``python -m ocsd.records validate PATH``: checks a checkpoint, its ``replay/`` folder, or a run folder.
 """
 
-from ocsd.records.checkpoint import (
-    ReplayData,
-    checkpoint_dirs,
-    checkpoint_folders,
-    checkpoint_id,
-    read_checkpoint,
-    read_replay,
-    write_replay,
-)
-from ocsd.records.lock import LOCK_FILE, LockInfo, RunInUseError, RunLock, read_lock
-from ocsd.records.run import RunWriter, read_metrics, read_run_info, validate_path
-from ocsd.records.schema import (
-    CHECKPOINT_COLUMN,
-    CONTEXT_COLUMNS,
-    FEEDBACK_LABELS,
-    META_FILE,
-    META_KEYS,
-    METRICS_FILE,
-    NULLABLE_STEP_COLUMNS,
-    PROGRESS_LABELS,
-    RECORDED_VIEWS,
-    RUN_FILE,
-    SCHEMA_VERSION,
-    STEP_COLUMNS,
-    STEP_KEY,
-    STEPS_FILE,
-    TOKEN_COLUMNS,
-    TOKENS_FILE,
-    IncompleteCheckpointError,
-    RecordError,
-)
+from ocsd.records import checkpoint, lock, run, schema
+from ocsd.records.checkpoint import *  # noqa: F401,F403  (the package exports each module's __all__)
+from ocsd.records.lock import *  # noqa: F401,F403
+from ocsd.records.run import *  # noqa: F401,F403
+from ocsd.records.schema import *  # noqa: F401,F403
 from ocsd.records.validation import validate_replay
 
-__all__ = [
-    "CHECKPOINT_COLUMN",
-    "CONTEXT_COLUMNS",
-    "FEEDBACK_LABELS",
-    "LOCK_FILE",
-    "META_FILE",
-    "META_KEYS",
-    "METRICS_FILE",
-    "NULLABLE_STEP_COLUMNS",
-    "PROGRESS_LABELS",
-    "RECORDED_VIEWS",
-    "RUN_FILE",
-    "SCHEMA_VERSION",
-    "STEPS_FILE",
-    "STEP_COLUMNS",
-    "STEP_KEY",
-    "TOKENS_FILE",
-    "TOKEN_COLUMNS",
-    "IncompleteCheckpointError",
-    "LockInfo",
-    "RecordError",
-    "ReplayData",
-    "RunInUseError",
-    "RunLock",
-    "RunWriter",
-    "checkpoint_dirs",
-    "checkpoint_folders",
-    "checkpoint_id",
-    "read_checkpoint",
-    "read_lock",
-    "read_metrics",
-    "read_replay",
-    "read_run_info",
-    "validate_path",
-    "validate_replay",
-    "write_replay",
-]
+__all__ = [*schema.__all__, *checkpoint.__all__, *lock.__all__, *run.__all__, "validate_replay"]

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from ocsd.cli import InputError
+
 __all__ = [
     "CHECKPOINT_COLUMN",
     "CONTEXT_COLUMNS",
@@ -72,7 +74,7 @@ CONTEXT_COLUMNS: dict[str, pa.DataType] = {
 description, o_k, the admissible actions at step k, and the number of (o_j, a_j) pairs the rollout prompt
 showed (the pairs themselves are the ``obs`` and ``action`` of the trajectory's earlier rows; o_{k+1}, a_{k+1},
 o_{k+2} are this and the next rows' ``obs_next`` and ``action``). This suite's writers always add them; the
-re-scoring diagnostics (``diagnostics.swap``, ``diagnostics.audit``) need them, every other reader ignores them.
+re-scoring diagnostics (``rescoring.swap``, ``rescoring.audit``) need them, every other reader ignores them.
 When present they are type-checked and may not hold nulls."""
 
 RECORDED_VIEWS = ("student", "full", "ablated")
@@ -101,7 +103,7 @@ CHECKPOINT_COLUMN = "checkpoint"
 of checkpoints that share ``global_step`` and ``traj_uid`` (two runs) stay apart."""
 
 
-class RecordError(ValueError):
+class RecordError(InputError):
     """A replay-score file is missing, incomplete or does not follow the format.
 
     The message names the file and, where it applies, the column.

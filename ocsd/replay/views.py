@@ -61,9 +61,9 @@ Writing a new view
 ------------------
 Any object with a ``name`` and ``render(step, renderer) -> list[int]`` is a view. To reuse the
 structure, subclass :class:`TemplateView` and return ``(kind, text)`` pieces from ``evidence``; see
-the README section "Replay views". Reference it as ``module:Class`` (or ``path/to/file.py:Class``)
+docs/views-and-audit.md, "Writing your own view". Reference it as ``module:Class`` (or ``path/to/file.py:Class``)
 with :func:`load_view`. A view that shows observations names its Observation-Ablated twin (a built-in name
-or ``module:Class``) in an ``ablated_twin`` attribute; ``python -m diagnostics.audit`` pairs the two (default
+or ``module:Class``) in an ``ablated_twin`` attribute; ``python -m rescoring.audit`` pairs the two (default
 ``ablated``).
 """
 

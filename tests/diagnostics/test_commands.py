@@ -90,21 +90,26 @@ def test_tails_command(synth_run, tmp_path, capsys):
     assert set(res["top"]) == {"full+", "ablated+", "residual+", "residual-"}
     assert "full+|ablated+" in res["overlap"]
     assert all(len(v) == 5 for v in res["top"].values())
-    for key in ("csv", "full+", "ablated+", "residual+", "residual-"):
-        assert Path(res["files"][key]).stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tails.json", "tails_top_words.csv"]
+    assert json.loads(Path(res["files"]["json"]).read_text())["clouds"] == res["clouds"]
+    for name, words in res["clouds"].items():  # the 100 largest positive sizes of each tail, largest first
+        assert 0 < len(words) <= 100 and all(v > 0 for v in words.values())
+        assert list(words.values()) == sorted(words.values(), reverse=True)
     csv = pd.read_csv(res["files"]["csv"])
     assert set(csv.columns) == {"tail", "rank", "word", "rate", "count", "size"}
     row = csv.iloc[0]
     assert row["size"] == pytest.approx(row["rate"] * np.log1p(row["count"]), rel=1e-5)
 
 
-def test_report_command(synth_run, tmp_path, capsys):
+def test_report_command_writes_data_and_links_the_pictures(synth_run, tmp_path, capsys):
     assert report.main(["--run", str(synth_run), "--out", str(tmp_path), "--n-boot", "50"]) == 0
+    assert f"pictures: python -m figures.panels {tmp_path / 'report.json'}" in capsys.readouterr().out
     md = (tmp_path / "report.md").read_text()
-    for part in ("Feedback AUROC", "Delta AUROC", "functional role", "Tail-enriched", "auroc.png", "dratio.png"):
+    for part in ("Feedback AUROC", "Delta AUROC", "functional role", "Tail-enriched", "auroc.png", "dratio.png",
+                 "cloud_residual_plus.png", "python -m figures.panels report.json"):
         assert part in md
-    for png in ("auroc.png", "delta_auroc.png", "dratio.png", "cloud_residual_plus.png"):
-        assert (tmp_path / png).stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "report.md", "tails_top_words.csv"]
+    assert set(json.loads((tmp_path / "report.json").read_text())["tails"]["clouds"]) <= set(tails.TAILS)
 
 
 def test_bad_input_exit_2_without_traceback(tmp_path):
@@ -164,7 +169,6 @@ def test_cloud_frequencies_are_the_largest_positive_sizes():
     assert tails.cloud_frequencies(rates) == {"full+": {"a": 0.6, "b": 0.3}}
 
 
-def test_tails_without_clouds_writes_only_the_csv(synth_run, tmp_path, capsys):
-    res = run_json(capsys, tails.main, ["--run", str(synth_run), "--out", str(tmp_path), "--no-clouds"])
-    assert list(res["files"]) == ["csv"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["tails_top_words.csv"]
+def test_cloud_file_names():
+    assert [tails.cloud_file(t) for t in tails.TAILS] == ["cloud_full_plus.png", "cloud_ablated_plus.png",
+                                                         "cloud_residual_plus.png", "cloud_residual_minus.png"]

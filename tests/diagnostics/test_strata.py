@@ -125,6 +125,7 @@ def test_strata_command(synth_run, capsys):
 def test_out_writes_the_json_and_a_figure_of_its_values(synth_run, tmp_path, capsys, monkeypatch):
     import matplotlib.figure
 
+    import figures.panels
     from tests.figures.test_figures import assert_png, bars
 
     drawn = []
@@ -137,8 +138,10 @@ def test_out_writes_the_json_and_a_figure_of_its_values(synth_run, tmp_path, cap
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
     out = tmp_path / "strata"
     assert strata.main(["--run", str(synth_run), "--n-boot", "100", "--bins", "3", "--out", str(out)]) == 0
-    assert "wrote " in capsys.readouterr().out
+    assert f"picture: python -m figures.panels {out / 'strata_evidence_words.json'}" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == ["strata_evidence_words.json"]  # statistics never draw
     result = json.loads((out / "strata_evidence_words.json").read_text())
+    assert figures.panels.draw_file(out / "strata_evidence_words.json") == [str(out / "strata_evidence_words.png")]
     assert_png(out / "strata_evidence_words.png")
     for signal in ("ablated", "full", "residual"):
         heights, lows, highs = bars(drawn[0], signal)

@@ -25,7 +25,7 @@ class AdmissibleEngine:
         self.p_invalid = p_invalid
 
     def responder(self, tokenizer, settings, seed: int):
-        from training.demonstrations import response_ids
+        from training.warm_start.demonstrations import response_ids
 
         rng = np.random.default_rng(seed)
 

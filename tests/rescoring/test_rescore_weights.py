@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from diagnostics.load import DiagnosticsError
-from diagnostics.rescore import model_weights
+from rescoring.rescore import model_weights
 
 ROOT = Path(__file__).resolve().parents[2]
 WARM_START = ROOT / "training" / "warm_starts" / "smollm2-alfworld"

@@ -1,4 +1,4 @@
-"""``diagnostics.swap`` and ``diagnostics.audit`` on checkpoints the trainer wrote with the tiny model.
+"""``rescoring.swap`` and ``rescoring.audit`` on checkpoints the trainer wrote with the tiny model.
 
 The run's rollouts pick admissible actions from the prompt (``acting.AdmissibleEngine``), so its steps have
 progress, no-progress and invalid labels and many operators; the tiny model scores, selects and updates.
@@ -19,39 +19,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from acting import acting_run  # noqa: E402
 
-from diagnostics import audit as audit_mod  # noqa: E402
-from diagnostics import swap as swap_mod  # noqa: E402
+from rescoring import audit as audit_mod  # noqa: E402
+from rescoring import swap as swap_mod  # noqa: E402
 from diagnostics.load import DiagnosticsError  # noqa: E402
-from diagnostics.rescore import Rescorer, run_checkpoints, swapped_record  # noqa: E402
+from diagnostics.tails import cloud_file  # noqa: E402
+from figures.panels import draw_file  # noqa: E402
+from rescoring.rescore import Rescorer, run_checkpoints, swapped_record  # noqa: E402
 from ocsd.records import CONTEXT_COLUMNS, RecordError, read_checkpoint, write_replay  # noqa: E402
 from ocsd.replay.stored import stored_records  # noqa: E402
 from ocsd.replay.views import FullView, SwapView  # noqa: E402
-
-
-def _need_engine():
-    import importlib.util
-
-    for name in ("alfworld", "fast_downward"):
-        if importlib.util.find_spec(name) is None:
-            pytest.skip(f"{name} is not installed (pip install -e .[envs])")
-    from ocsd.replay.models import ModelNotFoundError, load_tokenizer
-
-    try:
-        load_tokenizer("smollm2")
-    except ModelNotFoundError as err:
-        pytest.skip(f"SmolLM2's tokenizer is not available: {err}")
-
-
-@pytest.fixture(scope="module")
-def games_dir(tmp_path_factory):
-    _need_engine()
-    return tmp_path_factory.mktemp("swap_games")
-
-
-@pytest.fixture(scope="module")
-def frozen_run(tmp_path_factory, games_dir):
-    """Two checkpoints whose update leaves the weights as they were (lr 1e-12): re-scoring reproduces them."""
-    return acting_run(tmp_path_factory.mktemp("swap") / "frozen", games_dir, lr=1e-12)
 
 
 @pytest.fixture(scope="module")
@@ -254,8 +230,11 @@ def test_audit_of_a_copy_of_full_reproduces_full(frozen_run, tmp_path):
     assert result["points"][0]["verdict"] == "matched"
     assert all(p["verdict"].startswith(("no clear difference", "undetermined")) for p in result["points"][1:])
     text = (tmp_path / "audit.md").read_text()
-    assert "Verdict, point by point" in text and "![" in text
-    assert (tmp_path / "audit.png").stat().st_size > 0
+    assert "Verdict, point by point" in text and "![audit](audit.png)" in text
+    assert not list(tmp_path.glob("*.png"))
+    drawn = draw_file(tmp_path / "audit.json")
+    assert drawn[0] == str(tmp_path / "audit.png") and all(Path(p).stat().st_size > 0 for p in drawn)
+    assert [Path(p).name for p in drawn[1:]] == [cloud_file(t) for t in result["design"]["tails"]["clouds"]]
     assert json.loads((tmp_path / "audit.json").read_text())["view"] == "full_copy"
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnostics import auroc, strata
+from diagnostics import auroc, report, strata
 from diagnostics.load import load
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
@@ -26,6 +26,33 @@ def test_the_report_auroc_is_recomputed():
     for signal, values in stored["signals"].items():
         for key in ("auroc", "ci_low", "ci_high"):
             assert fresh["signals"][signal][key] == pytest.approx(values[key], abs=1e-9)
+
+
+def _same(fresh, stored, where: str = "") -> None:
+    """``fresh`` holds every value of ``stored`` (floats to 1e-9; keys ``stored`` lacks are new and allowed)."""
+    if isinstance(stored, dict):
+        for key, value in stored.items():
+            assert key in fresh, f"{where}.{key} is gone"
+            _same(fresh[key], value, f"{where}.{key}")
+    elif isinstance(stored, list):
+        assert len(fresh) == len(stored), where
+        for i, (a, b) in enumerate(zip(fresh, stored)):
+            _same(a, b, f"{where}[{i}]")
+    elif isinstance(stored, float):
+        assert fresh == pytest.approx(stored, abs=1e-9, nan_ok=True), where
+    else:
+        assert fresh == stored, where
+
+
+def test_the_whole_report_is_recomputed():
+    """Every number of the committed ``report.json`` (AUROC, Delta AUROC under every setting, D per role, tail words
+    and overlaps) is what :func:`diagnostics.report.diagnose` computes from the run folder today."""
+    stored = _read(RUN / "report" / "report.json")
+    fresh, _ = report.diagnose(load(RUN), n_boot=1000, seed=0, progress=False)
+    for part in ("auroc", "robustness", "dratio"):
+        _same(fresh[part], stored[part], part)
+    for part in ("top", "overlap", "n_words", "n_types", "n_checkpoints"):
+        _same(fresh["tails"][part], stored["tails"][part], f"tails.{part}")
 
 
 @pytest.mark.parametrize("by", ["evidence_words", "next_action"])

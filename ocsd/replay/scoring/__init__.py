@@ -6,8 +6,8 @@ every view's suffix plus the response on top of it, so two views cost about one 
 continuations. Steps are batched under a token budget, with explicit position ids and attention
 masks, and log-probs are computed only at response positions. The numbers equal a plain unbatched
 forward pass per sequence (:func:`sequence_logprobs`) up to float rounding. Two engines, same numbers:
-packed (default on CUDA) and prefix cache (default on CPU); the optional vLLM path
-(:func:`score_with_vllm`) asks a ``vllm.LLM`` for prompt log-probs.
+packed (default on CUDA) and prefix cache (default on CPU). Scoring through a ``vllm.LLM``'s prompt log-probs
+lives with the vLLM rollout engine, in :mod:`training.rollout.vllm_scoring` (the core never imports vLLM).
 
 Modules:
 
@@ -18,7 +18,6 @@ Modules:
 - :mod:`~ocsd.replay.scoring.reference`: log-probs at targets and the unbatched reference;
 - :mod:`~ocsd.replay.scoring.packed`: the packed prefix-tree engine;
 - :mod:`~ocsd.replay.scoring.cache`: the prefix-cache engine;
-- :mod:`~ocsd.replay.scoring.vllm_engine`: the vLLM engine;
 - :mod:`~ocsd.replay.scoring.scorer`: :class:`ReplayScorer`, :func:`score_views`,
   :func:`response_logprobs`.
 """
@@ -26,19 +25,14 @@ Modules:
 from ocsd.replay.scoring.planning import ScoreItem, ScoringError, default_token_budget
 from ocsd.replay.scoring.reference import sequence_logprobs
 from ocsd.replay.scoring.scorer import PendingScores, ReplayScorer, response_logprobs, score_views
-from ocsd.replay.scoring.vllm_engine import VLLMRequest, align_prompt_logprobs, build_vllm_requests, score_with_vllm
 
 __all__ = [
     "PendingScores",
     "ReplayScorer",
     "ScoreItem",
     "ScoringError",
-    "VLLMRequest",
-    "align_prompt_logprobs",
-    "build_vllm_requests",
     "default_token_budget",
     "response_logprobs",
     "score_views",
-    "score_with_vllm",
     "sequence_logprobs",
 ]

@@ -20,7 +20,6 @@ from ocsd.replay.scoring.planning import (
     plan_entries,
     validate_items,
 )
-from ocsd.replay.scoring.vllm_engine import is_vllm_engine, score_with_vllm
 
 __all__ = ["PendingScores", "ReplayScorer", "response_logprobs", "score_views"]
 
@@ -164,9 +163,8 @@ class PendingScores:
 
 
 def score_views(model, items: Sequence[ScoreItem], **kwargs) -> list[dict[str, np.ndarray]]:
-    """Functional form: a ``vllm.LLM`` goes to :func:`score_with_vllm`, anything else to ReplayScorer."""
-    if is_vllm_engine(model):
-        return score_with_vllm(model, items, progress=kwargs.get("progress", True))
+    """Functional form of :meth:`ReplayScorer.score` (for a ``vllm.LLM``:
+    :func:`training.rollout.vllm_scoring.score_with_vllm`)."""
     progress = kwargs.pop("progress", True)
     return ReplayScorer(model, progress=progress, **kwargs).score(items)
 

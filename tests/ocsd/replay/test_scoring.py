@@ -12,11 +12,8 @@ from ocsd.replay.scoring import (
     ReplayScorer,
     ScoreItem,
     ScoringError,
-    align_prompt_logprobs,
-    build_vllm_requests,
     response_logprobs,
     score_views,
-    score_with_vllm,
     sequence_logprobs,
 )
 
@@ -177,15 +174,15 @@ def test_half_precision_close_to_half_precision_reference(tiny_model, dtype):
     items = random_items(np.random.default_rng(8), 4)
     res = ReplayScorer(model, progress=False, min_prefix=1).score(items)
     # bf16 keeps ~3 significant digits (fp16 ~4); batching and the split prefix/continuation pass change the
-    # rounding order, so agreement is to a few hundredths of a nat (see the README's GPU numbers).
+    # rounding order, so agreement is to a few hundredths of a nat (docs/algorithm.md, 'Exactness').
     assert max_err(model, items, res) < 0.1
 
 
 def test_public_names_come_from_their_modules():
     import ocsd.replay.scoring as scoring
-    from ocsd.replay.scoring import planning, reference, scorer, vllm_engine
+    from ocsd.replay.scoring import planning, reference, scorer
 
-    homes = {name: module for module in (planning, reference, scorer, vllm_engine) for name in module.__all__}
+    homes = {name: module for module in (planning, reference, scorer) for name in module.__all__}
     for name in scoring.__all__:
         assert getattr(scoring, name) is getattr(homes[name], name), name
 
@@ -346,52 +343,6 @@ def test_response_logprobs_errors(tiny_model):
 
 
 # ---------------------------------------------------------------------------- vLLM pieces
-
-
-class _Logprob:
-    """vLLM's per-token record carries the value in ``.logprob``."""
-
-    def __init__(self, logprob: float):
-        self.logprob = logprob
-
-
-def test_vllm_requests_and_alignment(tiny_model):
-    rng = np.random.default_rng(11)
-    items = random_items(rng, 3)
-    items.append(ScoreItem({"student": [4, 5], "full": [4, 5, 6]}, [7, 8], given={"student": np.zeros(2)}))
-    reqs = build_vllm_requests(items)
-    assert [(r.item, r.view) for r in reqs] == [(i, v) for i, it in enumerate(items) for v in it.contexts if not (it.given and v in it.given)]
-    for req in reqs:
-        item = items[req.item]
-        ctx = list(item.contexts[req.view])
-        assert req.token_ids == ctx + list(item.response_ids) and req.context_len == len(ctx)
-        # vLLM's layout: position 0 None, then {token: Logprob} per prompt position (plus top-k others).
-        ref = sequence_logprobs(tiny_model, ctx, item.response_ids)
-        prompt_logprobs = [None] + [{tok: _Logprob(-9.0), tok + 1: _Logprob(-1.0)} for tok in req.token_ids[1:]]
-        for j, tok in enumerate(item.response_ids):
-            prompt_logprobs[req.context_len + j][tok] = _Logprob(float(ref[j]))
-        got = align_prompt_logprobs(prompt_logprobs, req.context_len, item.response_ids)
-        assert got.dtype == np.float32
-        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6)
-    floats = [None, {3: -0.5}, {9: -0.25}]
-    np.testing.assert_array_equal(align_prompt_logprobs(floats, 1, [3, 9]), np.array([-0.5, -0.25], np.float32))
-
-
-def test_vllm_alignment_errors():
-    with pytest.raises(ScoringError, match="expected 3"):
-        align_prompt_logprobs([None, {1: -1.0}], 1, [1, 2])
-    with pytest.raises(ScoringError, match="lack token 2"):
-        align_prompt_logprobs([None, {1: -1.0}, {5: -1.0}], 1, [1, 2])
-
-
-def test_score_with_vllm_needs_vllm():
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        with pytest.raises(ImportError, match="needs vLLM"):
-            score_with_vllm(object(), [ScoreItem({"full": [1]}, [2])])
-    else:  # pragma: no cover - only where vLLM is installed
-        pytest.skip("vLLM is installed; the end-to-end path needs a GPU engine")
 
 
 # ---------------------------------------------------------------------------- the real model

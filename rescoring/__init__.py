@@ -1,0 +1,1 @@
+"""Re-scoring stored steps with a checkpoint's weights: rescore, swap, audit."""
