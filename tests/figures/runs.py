@@ -1,6 +1,6 @@
 """Small run folders for the figure tests, written with the real record writers (test input only).
 
-Metrics rows carry the keys of CONTRACT.md (``step``, ``reward_mean``, ``success_rate``,
+Metrics rows carry the keys of docs/replay-format.md (``step``, ``reward_mean``, ``success_rate``,
 ``success/<type>``, ``time/...``) and, every ``val_every`` steps, ``val/success_rate`` and
 ``val/success/<type>``; values come from a seeded Generator. Checkpoints come from the diagnostics'
 synthetic replay generator.

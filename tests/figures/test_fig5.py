@@ -1,4 +1,4 @@
-"""Fig. 5 (AUROC under realized and swapped o_{k+1}) from swap.json files in the format of diagnostics.swap."""
+"""Fig. 5 (AUROC under realized and swapped o_{k+1}) from swap.json files in the format of rescoring.swap."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def interval(auroc, half=0.05):
 
 def write_swap(run_dir, *, run="ocsd_s0", realized=0.71, swapped=0.52, steps=(10, 50), counts=(30, 20, 10),
                **extra) -> Path:
-    """Write ``run_dir/swap/swap.json`` as ``python -m diagnostics.swap`` does: the pooled AUROCs, one entry per
+    """Write ``run_dir/swap/swap.json`` as ``python -m rescoring.swap`` does: the pooled AUROCs, one entry per
     checkpoint (realized falling, swapped rising by 0.01 a checkpoint) and the settings."""
     n_progress, n_no_progress, n_invalid = counts
     per_checkpoint = [{"global_step": g, "checkpoint": f"{run}/global_step_{g}",
@@ -155,11 +155,11 @@ def test_a_run_without_swap_file_is_skipped_with_the_command(tmp_path, capsys):
     write_swap(tmp_path / "a")
     assert fig5_swap.main(["--run", str(tmp_path / "bare"), "--out", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
-    assert "skipped" in err and f"python -m diagnostics.swap --run {tmp_path / 'bare'}" in err
+    assert "skipped" in err and f"python -m rescoring.swap --run {tmp_path / 'bare'}" in err
     assert not (tmp_path / "out" / "fig5_swap.png").exists()
     assert fig5_swap.main(["--run", str(tmp_path / "bare"), "--run", str(tmp_path / "a"),
                            "--out", str(tmp_path / "out")]) == 0
-    assert f"python -m diagnostics.swap --run {tmp_path / 'bare'}" in capsys.readouterr().err
+    assert f"python -m rescoring.swap --run {tmp_path / 'bare'}" in capsys.readouterr().err
     assert list(drawn(tmp_path / "out")) == ["ocsd_s0"]
 
 
@@ -201,14 +201,14 @@ def test_python_m_figures_builds_fig5_from_the_runs_swap_files(tmp_path, capsys)
     assert figures_main.main(["--run", str(with_swap), "--run", str(without), "--out", str(out),
                               "--only", "fig5_swap", "--paper-reference", "Qwen3-4B"]) == 0
     captured = capsys.readouterr()
-    assert f"python -m diagnostics.swap --run {without}" in captured.err
+    assert f"python -m rescoring.swap --run {without}" in captured.err
     assert_png(out / "fig5_swap.png")
     assert list(drawn(out)) == ["ocsd_s0", "paper Qwen3-1.7B", "paper Qwen3-4B", "paper Qwen3-8B"]
 
     args = type("Args", (), {"out": tmp_path / "none", "pdf": False, "dpi": 80, "run": [str(without)],
                              "index": None})()
     result = figures_main.build_all([without], args, ["fig5_swap"])["fig5_swap"]
-    assert result.startswith("skipped:") and f"python -m diagnostics.swap --run {without}" in result
+    assert result.startswith("skipped:") and f"python -m rescoring.swap --run {without}" in result
 
 
 def test_caption_names_left_out_steps_and_another_orientation(tmp_path):

@@ -77,9 +77,9 @@ def test_entries_without_engine_say_so():
     bare = dataclasses.replace(get_environment("searchqa"), runtime=None)  # an entry whose engine is not written
     with pytest.raises(RuntimeNotImplemented, match="environment 'searchqa' .* no runtime.*alfworld"):
         bare.load_runtime()
-    assert get_environment("alfworld").runtime == "training.envs.alfworld_runtime:RUNTIME"
-    assert get_environment("webshop").runtime == "training.envs.webshop_runtime:RUNTIME"
-    assert get_environment("searchqa").runtime == "training.envs.searchqa_runtime:RUNTIME"
+    assert get_environment("alfworld").runtime == "training.envs.alfworld.runtime:RUNTIME"
+    assert get_environment("webshop").runtime == "training.envs.webshop.runtime:RUNTIME"
+    assert get_environment("searchqa").runtime == "training.envs.searchqa.runtime:RUNTIME"
 
 
 def test_spec_methods():
@@ -134,7 +134,7 @@ def test_register_and_runtime(scratch):
     (dict(output_parser="action"), "output_parser must be callable"),
     (dict(lexicon=None), "lexicon must be callable"),
     (dict(skills="text"), "skills must be callable"),
-    (dict(runtime="training.envs.alfworld_runtime"), "module.path:attribute"),
+    (dict(runtime="training.envs.alfworld.runtime"), "module.path:attribute"),
     (dict(runtime="a b:c"), "module.path:attribute"),
     (dict(evaluation=("valid",)), "EvaluationProtocol"),
     (dict(labels=None), "StepLabels"),
