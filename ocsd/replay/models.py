@@ -90,7 +90,10 @@ def smollm2_path(cache_dir: str | os.PathLike | None = None) -> Path:
     cache_dir : path, optional
         Cache root; defaults to ``$OCSD_CACHE`` or ``~/.cache/ocsd``.
     """
-    return convert_gguf(smollm2_gguf_path(), SMOLLM2, cache_dir)
+    from ocsd.replay.catalog import installed_folder
+
+    done = installed_folder(SMOLLM2, cache_dir)  # converted already (here, or carried): the package is not needed
+    return done if done is not None else convert_gguf(smollm2_gguf_path(), SMOLLM2, cache_dir)
 
 
 def resolve_model(spec: str | os.PathLike) -> Path:
