@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -65,8 +66,11 @@ def main(argv=None) -> int:
     print(pd.DataFrame(rows).to_string(index=False))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"machine": platform.processor() or platform.machine(), "run": str(args.run),
-                                         "rows": rows}, indent=2))
+        import torch
+
+        device = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()
+        args.json.write_text(json.dumps({"machine": device or platform.machine(), "cpus": os.cpu_count(),
+                                         "run": str(args.run), "rows": rows}, indent=2))
     return 0
 
 

@@ -44,7 +44,14 @@ def rung_label(model: str, parameters) -> str:
 
 
 def _order(rungs: dict) -> list[str]:
-    return sorted(rungs, key=lambda m: (m != "stored", rungs[m].get("parameters") or 0, m))
+    """The runs' own scores first, then weights named by a folder path (the policy's, e.g. its warm start) as given,
+    then the scorers named by a model name, by size."""
+    def key(item):
+        i, m = item
+        named = "/" not in m
+        return (m != "stored", named, (rungs[m].get("parameters") or 0) if named else i)
+
+    return [m for _, m in sorted(enumerate(rungs), key=key)]
 
 
 def _entry(d: dict | None, key: str) -> tuple:
@@ -87,7 +94,7 @@ def _grouped(ax, labels, series: dict, styles: dict, *, ylabel: str, baseline: f
                         ecolor="#333333", elinewidth=0.8, capsize=2)
     ax.axhline(baseline, color="#333333", lw=0.8, ls="--")
     ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_xticklabels(labels, fontsize=8, rotation=30, ha="right", rotation_mode="anchor")
     ax.set_ylabel(ylabel)
 
 
@@ -96,7 +103,7 @@ def draw(ladder: dict):
     plt = pyplot()
     data = panels(ladder)
     labels = data["labels"]
-    fig, axes = plt.subplots(1, 3, figsize=(4.2 + 2.4 * len(labels), 4.0),
+    fig, axes = plt.subplots(1, 3, figsize=(4.2 + 3.0 * len(labels), 4.4),
                              gridspec_kw={"width_ratios": [len(labels) + 1, len(labels), len(labels) + 1]})
     ax = axes[0]
     ax.set_gid("auroc")
@@ -133,7 +140,8 @@ def build(path, out_dir=None, *, pdf: bool = False, dpi: int = 150) -> list[Path
     out_dir = Path(out_dir) if out_dir else path.parent
     fig, data = draw(ladder)
     runs = ", ".join(Path(r).name for r in ladder["runs"])
-    add_caption(fig, f"{len(ladder['runs'])} run(s) ({runs}), checkpoints {ladder.get('ckpt_steps') or 'all'}; "
+    ckpts = ladder.get("ckpt_steps") or "every checkpoint of each run folder"
+    add_caption(fig, f"{len(ladder['runs'])} run(s) ({runs}), checkpoints: {ckpts}; "
                      f"labelled selected steps per rung: {', '.join(map(str, data['steps']))}; "
                      f"{ladder['n_boot']} trajectory-cluster resamples, {ladder['ci']:.0%} intervals; paper values: "
                      f"Fig. 2c (model not stated) and the swap appendix (Qwen3-1.7B, 4B, 8B)")
