@@ -434,8 +434,11 @@ def _coerce(name: str, value: Any, cls: type | None = None) -> Any:
                 raise ValueError(value)
             return int(value)
         if kind.startswith("float"):
+            if isinstance(value, bool):  # YAML's true/false would become 1.0/0.0
+                raise ValueError(value)
             return float(value)
-        return str(value)
+        text = str(value)
+        return str(Path(text).expanduser()) if text == "~" or text.startswith("~/") else text  # a home folder
     except (TypeError, ValueError):
         raise ConfigError(f"{name}={value!r}: expected {kind}") from None
 

@@ -227,3 +227,18 @@ def test_catalogue_names_are_models(tmp_path, monkeypatch):
     problem = model_problem("qwen2.5-coder-1.5b")
     assert "not installed" in problem and "python -m ocsd.replay.catalog fetch qwen2.5-coder-1.5b" in problem
     assert "offline catalogue" in model_problem("qwen9")
+
+
+@pytest.mark.parametrize("override", ["lr=true", "beta=false", "temperature=true"])
+def test_booleans_are_refused_for_numbers(override):
+    from training.config import ConfigError, make_config, parse_overrides
+
+    with pytest.raises(ConfigError, match=rf"{override.split('=')[0]}=(True|False): expected float"):
+        make_config(parse_overrides([override]))
+
+
+def test_a_home_folder_is_expanded():
+    from training.config import make_config, parse_overrides
+
+    cfg = make_config(parse_overrides(["run_dir=~/runs/x", "games_dir=~/games"]))
+    assert cfg.run_dir == str(Path.home() / "runs" / "x") and cfg.games_dir == str(Path.home() / "games")
