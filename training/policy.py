@@ -60,6 +60,7 @@ def load_policy(cfg, init_from: Path | None = None):
         if init_from is not None:
             model = PeftModel.from_pretrained(model, init_from / "adapter", is_trainable=True)
         else:
+            torch.manual_seed(cfg.seed)  # the adapter's initialisation: one seed, one run
             model = get_peft_model(model, LoraConfig(
                 r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, bias="none",
                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))

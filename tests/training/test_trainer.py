@@ -286,3 +286,24 @@ def test_environment_workers_and_prefetching_change_no_result(tmp_path, games):
         runs[workers] = read_replay(Trainer(cfg, games=games).fit())
     pd.testing.assert_frame_equal(runs[0].steps.drop(columns="checkpoint", errors="ignore"),
                                   runs[1].steps.drop(columns="checkpoint", errors="ignore"))
+
+
+def test_two_lora_runs_with_one_seed_are_the_same_run(tmp_path, games):
+    """The LoRA adapter's initialisation is seeded: same seed, identical step files (CPU, float32)."""
+    import torch
+
+    kw = dict(kl_coef=0.0, lr=1e-2, lora_rank=4, lora_alpha=8, total_steps=1, dtype="float32")
+    for name in ("a", "b"):
+        torch.manual_seed(1000 + ord(name))  # what ran before must not matter
+        Trainer(tiny_cfg(tmp_path / name, **kw), games=games).fit()
+    a, b = read_replay(tmp_path / "a"), read_replay(tmp_path / "b")
+    pd.testing.assert_frame_equal(a.tokens.drop(columns=["checkpoint"], errors="ignore"),
+                                  b.tokens.drop(columns=["checkpoint"], errors="ignore"))
+    from safetensors.torch import load_file
+
+    wa = load_file(tmp_path / "a" / "global_step_1" / "actor" / "adapter" / "adapter_model.safetensors")
+    wb = load_file(tmp_path / "b" / "global_step_1" / "actor" / "adapter" / "adapter_model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    rows = [[{k: v for k, v in row.items() if not k.startswith("time/")} for row in read_metrics(tmp_path / n)]
+            for n in ("a", "b")]
+    assert rows[0] == rows[1]
