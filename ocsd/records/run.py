@@ -66,7 +66,10 @@ class RunWriter:
 
 def _metrics_rows(path: Path) -> tuple[list[dict], list[int]]:
     """Rows of ``metrics.jsonl`` and their line numbers; a torn last line is left out with a warning."""
-    lines = path.read_text().splitlines()
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     rows, numbers = [], []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -124,6 +127,8 @@ def read_run_info(run_dir: str | os.PathLike) -> dict:
         info = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise RecordError(f"{path}: not valid JSON ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not isinstance(info, dict):
         raise RecordError(f"{path}: not a JSON object")
     if info.get("schema_version") != SCHEMA_VERSION:
@@ -153,8 +158,10 @@ def validate_path(path: str | os.PathLike) -> list[str]:
         problems.append(str(exc))
     if (path / METRICS_FILE).exists():
         try:
-            with warnings.catch_warnings(record=True):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 rows, numbers = _metrics_rows(path / METRICS_FILE)
+            problems += [str(w.message) for w in caught]  # a torn last line: readers skip it, validation reports it
             problems += metrics_problems([r["step"] for r in rows], numbers, path / METRICS_FILE)
         except RecordError as exc:
             problems.append(str(exc))

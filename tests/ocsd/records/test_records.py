@@ -376,3 +376,23 @@ def test_bad_context_columns_are_named(tmp_path, column, value, message):
     pq.write_table(table, folder / "steps.parquet")
     problems = validate_replay(folder)
     assert any(message in p for p in problems), problems
+
+
+def test_validate_reports_a_torn_metrics_line_and_binary_files(ckpt, tmp_path):
+    """Readers skip a torn last line with a warning; validation, which says whether a run is whole, reports it.
+    A run.json or metrics.jsonl that is not text is one line naming the file, not a traceback."""
+    run = ckpt.parent.parent
+    RunWriter(run).write_run_json({"run": "r"})
+    RunWriter(run).append_metrics({"step": 3})
+    assert validate_path(run) == []
+    with open(run / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 4, "ti')
+    problems = validate_path(run)
+    assert len(problems) == 1 and "torn last line" in problems[0] and "metrics.jsonl" in problems[0]
+    (run / "metrics.jsonl").write_bytes(b"\xff\xfe\x00binary")
+    (run / "run.json").write_bytes(b"\x89PNG\r\n")
+    problems = validate_path(run)
+    assert any(p.startswith(f"{run / 'run.json'}: not UTF-8 text") for p in problems)
+    assert any(p.startswith(f"{run / 'metrics.jsonl'}: not UTF-8 text") for p in problems)
+    with pytest.raises(RecordError, match="not UTF-8 text"):
+        read_metrics(run)
