@@ -358,3 +358,14 @@ def test_runs_of_one_seed_generate_the_same_games_side_by_side(tmp_path):
     assert not list(tmp_path.rglob("*.tmp"))
     for path in first:
         assert json.loads(Path(path).read_text())["solvable"]
+
+
+def test_list_refuses_a_split_the_data_does_not_have(alfworld_games, capsys):
+    from training.envs.alfworld.__main__ import main
+
+    assert main(["list", "--data", str(alfworld_games), "--split", "train"]) == 0
+    assert "2 solvable games" in capsys.readouterr().err
+    for split in ("banana", "valid_seen"):  # generated games have train and valid, not the release's valid_seen
+        assert main(["list", "--data", str(alfworld_games), "--split", split]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --split '{split}'") and "'train'" in err and "'valid'" in err

@@ -73,6 +73,10 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     scan = scan_games(args.data, split=args.split)
+    if args.split and not scan.specs and not scan.unsolvable:
+        present = sorted({s.split for s in scan_games(args.data).specs})
+        raise AlfworldDataError(f"--split {args.split!r}: the data folder {args.data or '$ALFWORLD_DATA'} has no "
+                                f"game of that split; its splits are {present}")
     for s in scan.specs:
         print(f"{s.split}\t{s.task_type}\t{s.task}\t{s.path}")
     print(f"{len(scan.specs)} solvable games, {len(scan.unsolvable)} unsolvable skipped",
