@@ -7,7 +7,8 @@ repeats, differenced; :func:`diagnostics.runs.paired_task_difference`). Because 
 same tasks, the interval is narrower than the two separate intervals suggest when the tasks' difficulty
 dominates. More pairs (A2 B2, ... : the two methods at further seeds) pool the seeds: each task's difference is
 averaged over the pairs before the tasks are resampled. An evaluation written before per-task outcomes were stored
-(no ``episodes``) is refused by name.
+(no ``episodes``) is refused by name, and so are a file named twice, identical files (a pair repeated) and
+evaluations of different protocols (split, step cap, response length, sampling: :data:`PROTOCOL`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 from diagnostics.runs import paired_task_difference, task_means
 from ocsd.cli import UsageError, entry_point, non_negative_int, positive_int
 
-__all__ = ["compare", "main"]
+__all__ = ["PROTOCOL", "check_pairing", "compare", "main"]
 
 
 def compare(a: Mapping | Sequence[Mapping], b: Mapping | Sequence[Mapping], *, n_boot: int = 10_000,
@@ -67,6 +68,40 @@ def _read(path: str) -> dict:
     return result
 
 
+PROTOCOL = ("env", "split", "max_steps", "max_response_length", "greedy", "temperature", "top_p")
+"""Settings of an evaluation (``training.evaluate``'s JSON) that two paired evaluations must share."""
+
+
+def check_pairing(files: Sequence[str], results: Sequence[Mapping]) -> None:
+    """Refuse inputs that would be reported as paired results without being two evaluations of one protocol: a
+    file named twice, two files with the same content (a pair repeated, or one evaluation copied), and evaluations
+    whose protocol settings (:data:`PROTOCOL`) differ.
+
+    Raises
+    ------
+    UsageError
+        Naming the files and, for a protocol difference, the field and its values.
+    """
+    seen: dict[Path, str] = {}
+    for f in files:
+        key = Path(f).resolve()
+        if key in seen:
+            raise UsageError(f"{f} is named twice (also as {seen[key]}): each evaluation counts once")
+        seen[key] = f
+    contents: dict[bytes, str] = {}
+    for f in files:
+        data = Path(f).read_bytes()
+        if data in contents:
+            raise UsageError(f"{f} and {contents[data]} are the same evaluation (identical files): a pair repeated "
+                             f"would count as another seed")
+        contents[data] = f
+    for field in PROTOCOL:
+        values = {f: r.get(field) for f, r in zip(files, results)}
+        if len({json.dumps(v) for v in values.values()}) > 1:
+            listed = ", ".join(f"{f}: {json.dumps(v)}" for f, v in values.items())
+            raise UsageError(f"the evaluations differ in {field!r} ({listed}); compare evaluations of one protocol")
+
+
 def _labels(a: str, b: str) -> tuple[str, str]:
     """Column names of the two evaluations: the nearest folders of their paths whose names differ
     (``ocsd_s3`` and ``grpo_s3`` for ``ocsd_s3/global_step_10/eval.json`` against ``grpo_s3/global_step_10/...``),
@@ -107,7 +142,9 @@ def _main(argv: Sequence[str] | None) -> int:
     files = args.evaluations
     if len(files) % 2:
         raise UsageError(f"evaluations come in pairs (A.json B.json [A2.json B2.json ...]), got {len(files)} files")
-    a, b = [_read(f) for f in files[0::2]], [_read(f) for f in files[1::2]]
+    results = [_read(f) for f in files]
+    check_pairing(files, results)
+    a, b = results[0::2], results[1::2]
     try:
         result = compare(a, b, n_boot=args.n_boot, level=args.ci, seed=args.seed)
     except ValueError as err:

@@ -131,9 +131,12 @@ def load_runs(paths: Sequence, labels: Sequence[str] | None = None) -> list[RunI
         raise FigureError("no input: give --run DIR (repeatable)")
     if labels and len(labels) != len(paths):
         raise FigureError(f"--label given {len(labels)} time(s) for {len(paths)} --run folder(s)")
-    runs = []
+    runs, seen = [], {}
     for p in paths:
         path = check_run_dir(p)
+        if path.resolve() in seen:
+            raise FigureError(f"--run {p} is named twice (also as {seen[path.resolve()]}): a run counts once")
+        seen[path.resolve()] = p
         info = read_run_info(path) if (path / "run.json").exists() else {}
         runs.append(RunInfo(path=path, info=info, metrics=read_metrics(path)))
     return label_runs(runs, labels)

@@ -108,7 +108,10 @@ def test_table_names_the_runs_of_checkpoint_evaluations(pair, tmp_path, capsys):
     assert main([str(paths[0]), str(paths[1]), "--n-boot", "200"]) == 0
     header = capsys.readouterr().out.splitlines()[0].split()
     assert header[2:4] == ["ocsd_seed3", "grpo_seed3"]
-    assert main([str(paths[0]), str(paths[0]), "--n-boot", "200"]) == 0
+    (tmp_path / "same").mkdir()  # two files of one folder: no folder tells them apart
+    for name, ev in zip(("a.json", "b.json"), pair):
+        (tmp_path / "same" / name).write_text(json.dumps(ev))
+    assert main([str(tmp_path / "same" / "a.json"), str(tmp_path / "same" / "b.json"), "--n-boot", "200"]) == 0
     assert capsys.readouterr().out.splitlines()[0].split()[2:4] == ["A", "B"]
     (tmp_path / "warm_start").mkdir()
     (tmp_path / "warm_start" / "eval.json").write_text(paths[1].read_text())
@@ -168,3 +171,30 @@ def test_seed_pairs_that_do_not_match_are_refused(seeds, tmp_path, capsys):
     assert main(paths + ["--n-boot", "200"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[-1] == "means over 2 paired seeds; the columns name the first pair" and len(table) == 6
+
+
+def test_inputs_that_are_not_paired_evaluations_are_refused(seeds, tmp_path, capsys):
+    """A file named twice, identical files (a pair repeated counts as another seed) and evaluations of different
+    protocols used to be reported as paired results."""
+    a, b = seeds
+    paths = {}
+    for name, ev in (("a1", a[0]), ("b1", b[0]), ("a2", a[1]), ("b2", b[1])):
+        paths[name] = str(tmp_path / f"{name}.json")
+        (tmp_path / f"{name}.json").write_text(json.dumps({**ev, "split": "valid_seen", "max_steps": 50}))
+    (tmp_path / "copy.json").write_bytes((tmp_path / "a1.json").read_bytes())
+    cases = {
+        "named twice": [paths["a1"], paths["a1"]],
+        "identical files": [paths["a1"], str(tmp_path / "copy.json")],
+        "pair repeated": [paths["a1"], paths["b1"], paths["a1"], paths["b1"]],
+    }
+    for why, argv in cases.items():
+        assert main(argv + ["--n-boot", "50"]) == 2, why
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and ("named twice" in err or "identical" in err)
+    (tmp_path / "b2.json").write_text(json.dumps({**b[1], "split": "valid_seen", "max_steps": 30}))
+    assert main(list(paths.values()) + ["--n-boot", "50"]) == 2
+    err = capsys.readouterr().err
+    assert "differ in 'max_steps'" in err and "b2.json: 30" in err
+    (tmp_path / "b2.json").write_text(json.dumps({**b[1], "split": "valid_unseen", "max_steps": 50}))
+    assert main(list(paths.values()) + ["--n-boot", "50"]) == 2
+    assert "differ in 'split'" in capsys.readouterr().err

@@ -60,3 +60,13 @@ def test_meta_of_the_wrong_type_is_refused(runs, tmp_path, capsys):
     code, err = exit_and_stderr(fig2_diagnosis.main, ["--run", str(run), "--out", str(tmp_path / "out"), "--n-boot", "5"],
                       capsys)
     assert code == 2 and "key 'views'" in err and str(meta_path) in err and "Traceback" not in err
+
+
+def test_a_run_named_twice_is_refused(runs, tmp_path, capsys):
+    """``figures.tables --run R --run R`` reported n = 2 from one run."""
+    from figures import tables
+
+    run = runs["ocsd0"]
+    assert tables.main(["--run", str(run), "--run", f"{run}/", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --run") and "named twice" in err and err.count("\n") == 1
