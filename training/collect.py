@@ -321,11 +321,12 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_out_folder(out: Path) -> None:
-    """Refuse an ``--out`` whose files a collection would replace without owning them.
+def check_out_folder(out: Path, global_step: int | None = None) -> None:
+    """Refuse an ``--out`` whose files a collection would replace.
 
     A folder that does not exist, is empty or holds a ``training.collect`` run is fine (collections of
-    several checkpoints share one folder).
+    several checkpoints share one folder), unless it already holds a collection of ``global_step``: that one is
+    never replaced.
 
     Raises
     ------
@@ -350,6 +351,10 @@ def check_out_folder(out: Path) -> None:
         what = f"a run written by {source}" if source else "a training run"
         raise UsageError(f"--out: {out} holds {what}; collecting into it would replace its {RUN_FILE} and replay "
                          f"files: use another --out (collections share one folder with each other only)")
+    taken = out / f"global_step_{global_step}"
+    if global_step is not None and taken.exists():
+        raise UsageError(f"--out: {out} already holds a collection of global step {global_step} ({taken}); a "
+                         f"collection never replaces another: use another --out")
 
 
 def _plan(args):
@@ -388,9 +393,11 @@ def _collect(args, source: ModelSource, out: Path, views, cfg) -> int:
     method = str(source.run_info.get("method", "base")) if source.checkpoint else "base"
     extra = {"source": COLLECT_SOURCE, "checkpoint": str(source.checkpoint) if source.checkpoint else None,
              "seed": cfg.seed, "tasks": cfg.batch_size, "group": cfg.group_size}
-    RunWriter(out).write_run_json({"run": cfg.run_name, "method": method, "env": cfg.env, "model": source.spec,
-                                   "seed": cfg.seed, "source": COLLECT_SOURCE, "config": cfg.to_dict(),
-                                   "games": games.describe()})
+    if not (out / "run.json").exists():  # a folder of several collections keeps its first run.json; each
+        # checkpoint's meta.json names its own source checkpoint and seed
+        RunWriter(out).write_run_json({"run": cfg.run_name, "method": method, "env": cfg.env, "model": source.spec,
+                                       "seed": cfg.seed, "source": COLLECT_SOURCE, "config": cfg.to_dict(),
+                                       "games": games.describe()})
     try:
         folder, summary = collect_replay(policy, global_step=source.global_step, views=views,
                                          selection=args.selection, model=source.spec, method=method, extra=extra)
@@ -415,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         source, out, views, cfg = _plan(args)
         with RunLock(out):  # one writer: refused while another command writes the folder
-            check_out_folder(out)
+            check_out_folder(out, source.global_step)
             return _collect(args, source, out, views, cfg)
     except (UsageError, ConfigError, RunInUseError, ModelNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -147,6 +147,11 @@ def test_collections_of_several_checkpoints_share_one_folder(tmp_path, tiny_chec
     assert main(["--model", str(tiny_checkpoint), "--tasks", "1", "--group", "2", "--out", str(out),
                  "progress=false"]) == 0
     assert read_replay(out).global_steps == [0, 7] and not (out / ".lock").exists()
+    # a second collection of a step the folder holds is refused: nothing of the first is replaced
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert main(["--model", "tiny", "--tasks", "1", "--group", "2", "--seed", "1", "--out", str(out),
+                 *tiny_overrides]) == 2
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 def test_collect_never_replaces_a_training_run(tmp_path, tiny_checkpoint, capsys):
