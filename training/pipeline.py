@@ -20,6 +20,7 @@ training step and a collection at the same step and seed draw the same tasks, ro
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -246,10 +247,36 @@ def step_advantages(trajs: Sequence[Trajectory], *, spec: MethodSpec, cfg: Train
     stats = statistics(trajs, old_logprobs, reward_mode=cfg.reward_mode, invalid_penalty=cfg.invalid_action_penalty,
                        selection=spec.selection, rho=cfg.rho, generator=generator, timings=timings)
     scores, teacher_logp = score(stats)
+    check_scored(spec, stats, scores, step)
     with timed(timings, "time/advantage"):
         inputs = token_inputs(spec, stats, scores, teacher_logp)
         token_adv = method_advantages(spec, inputs, cfg, step)
     return StepAdvantages(stats, scores, teacher_logp, inputs, token_adv)
+
+
+class UnscoredStepsError(ValueError):
+    """No selected step of a batch could be scored under the replay views: a method with a replay signal would
+    train as GRPO. The message names the limit and the first reason."""
+
+
+def check_scored(spec: MethodSpec, stats: BatchStatistics, scores: ReplayScores, step: int) -> None:
+    """Stop when a method with a replay signal got no scored step in a batch that selected some; warn (stderr) when
+    some selected steps could not be scored (they get no modulation).
+
+    Raises
+    ------
+    UnscoredStepsError
+        Naming the step, the count and the first reason.
+    """
+    if spec.signal is None or not scores.skipped:
+        return
+    selected = len(stats.selected_keys)
+    if selected and not scores.logp:
+        raise UnscoredStepsError(f"step {step}: none of the {selected} selected steps could be rendered under every "
+                                 f"replay view ({scores.skipped[0]}); {spec.name} would train as GRPO. Raise "
+                                 f"max_prompt_length or shorten history_length")
+    warnings.warn(f"step {step}: {len(scores.skipped)} of {selected} selected steps could not be rendered under "
+                  f"every replay view and get no modulation ({scores.skipped[0]})", stacklevel=2)
 
 
 def score_views(scorer, renderer, trajs: Sequence[Trajectory], stats: BatchStatistics, views: Sequence, *,

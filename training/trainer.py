@@ -46,8 +46,8 @@ from ocsd.environments import get_environment
 from ocsd.records import (LOCK_FILE, METRICS_FILE, RECORDED_VIEWS, RUN_FILE, RecordError, RunLock,
                           RunWriter, checkpoint_dirs, checkpoint_folders, read_run_info, write_replay)
 from training.config import TrainConfig
-from training.pipeline import (Scoring, StepAdvantages, forward_scoring, record_tables, replay_meta, rollout_batch,
-                               step_advantages, step_metrics, step_tasks)
+from training.pipeline import (Scoring, StepAdvantages, UnscoredStepsError, forward_scoring, record_tables,
+                               replay_meta, rollout_batch, step_advantages, step_metrics, step_tasks)
 from training.policy import Policy, load_policy, timed, write_actor
 from training.replay import ReplayScores
 from training.rollout.loop import Trajectory
@@ -303,8 +303,11 @@ class Trainer:
                 self.policy.prefetch(step_tasks(self.policy, step + 1), env_seed=step + 1)
             recorded = set(RECORDED_VIEWS) - {"student"} if is_ckpt and cfg.write_replay else set()
             views = sorted(set(spec.replay_views) | recorded)
-            batch = step_advantages(trajs, spec=spec, cfg=cfg, step=step, old_logprobs=self.policy.logprobs,
-                                    score=self._scoring(trajs, views, timings), timings=timings)
+            try:
+                batch = step_advantages(trajs, spec=spec, cfg=cfg, step=step, old_logprobs=self.policy.logprobs,
+                                        score=self._scoring(trajs, views, timings), timings=timings)
+            except UnscoredStepsError as exc:
+                raise TrainingError(f"{exc}; the run stops and keeps its last checkpoint in {cfg.run_dir}") from exc
             update_metrics = self._update(step, batch, timings)
             row = {**step_metrics(spec, step, trajs, batch.stats, batch.inputs, batch.token_adv, batch.scores),
                    **update_metrics}

@@ -307,3 +307,14 @@ def test_two_lora_runs_with_one_seed_are_the_same_run(tmp_path, games):
     rows = [[{k: v for k, v in row.items() if not k.startswith("time/")} for row in read_metrics(tmp_path / n)]
             for n in ("a", "b")]
     assert rows[0] == rows[1]
+
+
+def test_no_view_fits_the_prompt_limit_stops_ocsd(tmp_path, games):
+    """max_prompt_length that no view fits made replay scoring skip every selected step, so OCSD trained as GRPO
+    with nothing said outside metrics.jsonl."""
+    from training.trainer import TrainingError
+
+    with pytest.raises(TrainingError, match=r"step 1: none of the \d+ selected steps could be rendered.*would train "
+                                            r"as GRPO.*max_prompt_length"):
+        Trainer(tiny_cfg(tmp_path / "short", max_prompt_length=10, total_steps=1), games=games).fit()
+    assert not (tmp_path / "short" / "global_step_1").exists()
