@@ -176,3 +176,19 @@ def test_the_verl_benchmarks_command_composes(alfworld_games, tmp_path):
     assert aro["actor"]["fsdp_config"]["mixed_precision"] == {"param_dtype": "fp32"}
     assert aro["ref"]["fsdp_config"]["mixed_precision"] == {"param_dtype": "fp32"}
     assert aro["rollout"]["agent"]["num_workers"] == 4 and config["trainer"]["save_freq"] == 2
+
+
+def test_without_a_gpu_it_stops_at_once(alfworld_games, tmp_path):
+    """Without --dry-run on a machine without GPUs, Ray used to wait for a GPU forever."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "training.verl.main", "ocsd.data=generated",
+                          f"ocsd.games_dir={alfworld_games}", f"ocsd.run_dir={tmp_path / 'run'}", "ocsd.n_train_games=2",
+                          "ocsd.n_val_games=2", "actor_rollout_ref.model.path=/models/none"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "verl needs GPUs: trainer.n_gpus_per_node=" in out.stderr and "this machine has 0" in out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "run").exists()  # stopped before any work

@@ -75,7 +75,23 @@ def prepare(config: DictConfig) -> TrainConfig:
     return settings
 
 
+def gpu_problem(config: DictConfig) -> str | None:
+    """Why the GPUs the config asks for (``trainer.n_gpus_per_node``) are not there, or None."""
+    import torch
+
+    wanted = int(config.trainer.get("n_gpus_per_node", 1) or 1) if "trainer" in config else 1
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have >= wanted:
+        return None
+    return (f"verl needs GPUs: trainer.n_gpus_per_node={wanted}, this machine has {have}; on a CPU use "
+            f"python -m training.train, or --dry-run to check the config")
+
+
 def _run(config: DictConfig, dry_run: bool) -> None:
+    missing = None if dry_run else gpu_problem(config)
+    if missing:  # before any work: Ray would wait for a GPU forever
+        print(f"training.verl.main: {missing}", file=sys.stderr)
+        sys.exit(2)
     try:
         prepare(config)
     except ValueError as err:  # ConfigError and the task sources' data errors: a setting to change
