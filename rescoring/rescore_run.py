@@ -49,6 +49,7 @@ from ocsd.replay.stored import stored_records
 from ocsd.replay.views import StepRecord, get_view
 from rescoring.rescore import (Checkpoint, Rescorer, parse_steps, rescoring_entry_point, run_checkpoints, run_settings,
                                scoring_device)
+from training.replay import token_pieces
 
 __all__ = ["END_OF_TURN", "Retokenizer", "rescore_checkpoint", "rescore_run", "main"]
 
@@ -97,13 +98,6 @@ class Retokenizer:
         return out
 
 
-def _token_pieces(tokenizer, ids: Sequence[int], cache: dict[int, str]) -> list[str]:
-    for tid in ids:
-        if tid not in cache:
-            cache[tid] = tokenizer.decode([tid])
-    return [cache[tid] for tid in ids]
-
-
 def _records(ckpt: Checkpoint, retokenize: Retokenizer, max_steps: int | None = None
              ) -> tuple[list[StepRecord], list[str]]:
     """The checkpoint's scored steps (the first ``max_steps`` in (trajectory, step) order) with the scorer's
@@ -149,7 +143,7 @@ def rescore_checkpoint(ckpt: Checkpoint, rescorer: Rescorer, retokenize: Retoken
         cols["step_idx"] += [int(k)] * n
         cols["token_idx"] += list(range(n))
         cols["token_id"] += ids
-        cols["token"] += _token_pieces(rescorer.tokenizer, ids, cache)
+        cols["token"] += token_pieces(rescorer.tokenizer, ids, cache)
         for v in views:
             logp[v].append(np.asarray(score[v], dtype=np.float32))
     tokens = pd.DataFrame(cols).astype({"step_idx": np.int32, "token_idx": np.int32, "token_id": np.int64})

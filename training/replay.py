@@ -103,7 +103,8 @@ def score_steps(
     return out
 
 
-def _token_pieces(tokenizer, ids: Sequence[int], cache: dict[int, str]) -> list[str]:
+def token_pieces(tokenizer, ids: Sequence[int], cache: dict[int, str]) -> list[str]:
+    """The ``token`` column of a response's token rows: each id decoded alone (``cache`` keeps the decodings)."""
     out = []
     for tid in ids:
         if tid not in cache:
@@ -158,7 +159,7 @@ def replay_tables(
             token_cols["step_idx"] += [sample.step_idx] * n
             token_cols["token_idx"] += list(range(n))
             token_cols["token_id"] += list(sample.response_ids)
-            token_cols["token"] += _token_pieces(tokenizer, sample.response_ids, cache)
+            token_cols["token"] += token_pieces(tokenizer, sample.response_ids, cache)
             for v in views:
                 token_cols[f"logp_{v}"].append(scores.logp[key][v])
     tokens = pd.DataFrame({k: (np.concatenate(v).astype(np.float32) if k.startswith("logp_") and v else v)
