@@ -88,9 +88,9 @@ def check_pairing(files: Sequence[str], results: Sequence[Mapping]) -> None:
         if key in seen:
             raise UsageError(f"{f} is named twice (also as {seen[key]}): each evaluation counts once")
         seen[key] = f
-    contents: dict[bytes, str] = {}
-    for f in files:
-        data = Path(f).read_bytes()
+    contents: dict[str, str] = {}
+    for f, result in zip(files, results):
+        data = json.dumps(result, sort_keys=True)  # the evaluations as read: no file is read twice
         if data in contents:
             raise UsageError(f"{f} and {contents[data]} are the same evaluation (identical files): a pair repeated "
                              f"would count as another seed")
