@@ -70,8 +70,8 @@ def _complete(folder: Path, model: str, steps: Sequence[int] | None) -> bool:
 
 
 def _parameters(folder: Path) -> int | None:
-    info = json.loads((folder / "run.json").read_text()) if (folder / "run.json").is_file() else {}
-    return info.get("scorer_parameters")
+    """The scorer's parameter count that :func:`rescoring.rescore_run.rescore_run` wrote into ``run.json``."""
+    return read_run_info(folder).get("scorer_parameters")
 
 
 def battery(paths: Sequence[Path], *, n_boot: int, ci: float, seed: int, top: int = 10) -> dict:
@@ -143,11 +143,14 @@ def _rung(model: str, runs: Sequence[Path], out: Path, steps, *, device, dtype, 
                 rescore_run(run, model, folder, ckpt_steps=steps, device=device, dtype=dtype, progress=progress)
         params = _parameters(next(iter(folders.values())))
     score_s = time.perf_counter() - t0
-    paths = [f / f"global_step_{s}" for f in folders.values() for s in steps] if steps else list(folders.values())
+    def checkpoints(folder: Path) -> list[Path]:  # what the diagnostics load of a run: its steps, or all of it
+        return [folder / f"global_step_{s}" for s in steps] if steps else [folder]
+
+    paths = [p for folder in folders.values() for p in checkpoints(folder)]
     rung = {"model": model, "parameters": params, "folders": {k: str(v) for k, v in folders.items()},
             "pooled": battery(paths, n_boot=n_boot, ci=ci, seed=seed), "per_run": {}}
     for run, folder in folders.items():
-        part = [folder / f"global_step_{s}" for s in steps] if steps else [folder]
+        part = checkpoints(folder)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateInputWarning)
             data = load(part)

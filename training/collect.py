@@ -351,8 +351,8 @@ def check_out_folder(out: Path, global_step: int | None = None) -> None:
         what = f"a run written by {source}" if source else "a training run"
         raise UsageError(f"--out: {out} holds {what}; collecting into it would replace its {RUN_FILE} and replay "
                          f"files: use another --out (collections share one folder with each other only)")
-    taken = out / f"global_step_{global_step}"
-    if global_step is not None and taken.exists():
+    taken = out / f"global_step_{global_step}" if global_step is not None else None
+    if taken is not None and taken.exists():
         raise UsageError(f"--out: {out} already holds a collection of global step {global_step} ({taken}); a "
                          f"collection never replaces another: use another --out")
 
