@@ -14,7 +14,7 @@ import numpy as np
 
 from ocsd.replay.scoring.planning import ScoreItem, ScoringError, validate_items
 
-__all__ = ["VLLMRequest", "align_prompt_logprobs", "build_vllm_requests", "is_vllm_engine", "score_with_vllm"]
+__all__ = ["VLLMRequest", "align_prompt_logprobs", "build_vllm_requests", "score_with_vllm"]
 
 
 @dataclass(frozen=True)
@@ -61,11 +61,6 @@ def align_prompt_logprobs(prompt_logprobs, context_len: int, response_ids: Seque
         value = entry[tok]
         out[j] = getattr(value, "logprob", value)
     return out
-
-
-def is_vllm_engine(model) -> bool:
-    """Whether ``model`` is a vLLM object (judged by its class's module, without importing vLLM)."""
-    return type(model).__module__.split(".")[0] == "vllm"
 
 
 def score_with_vllm(llm, items: Sequence[ScoreItem], *, progress: bool = True) -> list[dict[str, np.ndarray]]:
