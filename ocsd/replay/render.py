@@ -7,17 +7,21 @@ record what happened. A step that does not fit even with no history raises :clas
 
 :func:`render_steps` renders many steps: the template views of all steps are tokenised in one batched
 call (the result equals :func:`render_views` step by step), and steps that cannot be rendered are
-collected as reported skips (:class:`SkippedStep`).
+collected as reported skips (:class:`SkippedStep`). A view that raises anything but a
+:class:`~ocsd.replay.views.ViewError`, or returns something that is not token ids, raises
+:class:`~ocsd.replay.views.ViewRenderError` naming the view and the step.
 """
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ocsd.replay.prompts import PromptRenderer, SegmentationError
-from ocsd.replay.views import RenderedView, ReplayView, StepRecord, TemplateView, ViewError, get_view
+from ocsd.replay.views import (RenderedView, ReplayView, StepRecord, TemplateView, ViewError, ViewRenderError,
+                               get_view)
 
 __all__ = ["PromptTooLong", "RenderedStep", "SkippedStep", "render_steps", "render_views"]
 
@@ -85,12 +89,59 @@ def _resolve_views(views: Iterable[str | ReplayView]) -> list[ReplayView]:
     return resolved
 
 
+def _token_ids(value: object) -> list[int] | None:
+    """``value`` as a non-empty list of token ids (non-negative integers), or None if it is not one."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()  # a numpy array or a tensor
+    if not isinstance(value, (list, tuple, range)) or not value:
+        return None
+    if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and i >= 0 for i in value):
+        return None
+    return [int(i) for i in value]
+
+
+def _where(view: ReplayView, step: StepRecord) -> str:
+    return f"view {getattr(view, 'name', type(view).__name__)!r} on step {step.key or step.step_idx}"
+
+
+def _call_view(view: ReplayView, step: StepRecord, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)`` of a view: a :class:`ViewError` passes (the step is skipped); anything else it raises becomes a
+    :class:`ViewRenderError` naming the view and the step."""
+    try:
+        return call(*args)
+    except (ViewError, ViewRenderError):
+        raise
+    except Exception as err:  # noqa: BLE001 - a user's view: one line naming it
+        message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise ViewRenderError(f"{_where(view, step)}: rendering raised {type(err).__name__}"
+                              f"{': ' + message if message else ''}") from err
+
+
 def _render_one(view: ReplayView, step: StepRecord, renderer: PromptRenderer) -> tuple[list[int], RenderedView | None]:
+    """Prompt ids of ``step`` under ``view`` and its segments (``None`` for a view that returns ids only).
+
+    Raises
+    ------
+    ViewError
+        If the view cannot render this step.
+    ViewRenderError
+        If the view raised anything else, or returned something that is not token ids.
+    """
     render_view = getattr(view, "render_view", None)
     if callable(render_view):
-        rendered = render_view(step, renderer)
+        rendered = _call_view(view, step, render_view, step, renderer)
+        if not isinstance(rendered, RenderedView):
+            raise ViewRenderError(f"{_where(view, step)}: render_view returned a {type(rendered).__name__}, not a "
+                                  "RenderedView")
         return rendered.ids, rendered
-    ids = [int(i) for i in view.render(step, renderer)]
+    result = _call_view(view, step, view.render, step, renderer)
+    ids = _token_ids(result)
+    if ids is None:
+        shown = f"a {type(result).__name__}"
+        if isinstance(result, (str, bytes)):
+            shown += f" ({result[:40]!r}{'...' if len(result) > 40 else ''})"
+        raise ViewRenderError(f"{_where(view, step)}: render returned {shown}; it must return the prompt's token "
+                              "ids, a non-empty list of non-negative int (renderer.render_ids(text) gives them)")
     return ids, None
 
 
@@ -112,6 +163,8 @@ def render_views(step: StepRecord, views: Iterable[str | ReplayView], renderer: 
         If some view exceeds ``max_prompt_len`` with no history.
     MissingEvidence
         If a view lacks what it needs.
+    ViewRenderError
+        If a view raises anything else, or returns something that is not token ids.
     """
     resolved = _resolve_views(views)
     if max_prompt_len is not None and max_prompt_len <= 0:
@@ -150,7 +203,7 @@ def _render_batched(steps: Sequence[StepRecord], views: list[ReplayView], render
         try:
             for view in views:
                 if _batchable(view):
-                    pieces.append(view.pieces(step))
+                    pieces.append(_call_view(view, step, view.pieces, step))
                     jobs.append((i, view))
                     views_of_step[view.name] = ([], None)  # filled below, in view order
                 else:
@@ -190,6 +243,11 @@ def render_steps(steps: Sequence[StepRecord], views: Iterable[str | ReplayView],
     rendered : list of (index, RenderedStep)
     skipped : list of SkippedStep
         Also announced with one ``UserWarning`` giving the count and the first reasons.
+
+    Raises
+    ------
+    ViewRenderError
+        If a view raises anything but a :class:`ViewError`, or returns something that is not token ids.
     """
     resolved = _resolve_views(views)
     first = _render_batched(steps, resolved, renderer)

@@ -62,7 +62,9 @@ Writing a new view
 Any object with a ``name`` and ``render(step, renderer) -> list[int]`` is a view. To reuse the
 structure, subclass :class:`TemplateView` and return ``(kind, text)`` pieces from ``evidence``; see
 docs/views-and-audit.md, "Writing your own view". Reference it as ``module:Class`` (or ``path/to/file.py:Class``)
-with :func:`load_view`. A view that shows observations names its Observation-Ablated twin (a built-in name
+with :func:`load_view`. A view that cannot render one step raises :class:`ViewError` (the step is skipped and
+reported); any other exception from it, or a result that is not token ids, stops the command with a
+:class:`ViewRenderError` naming the view and the step. A view that shows observations names its Observation-Ablated twin (a built-in name
 or ``module:Class``) in an ``ablated_twin`` attribute; ``python -m rescoring.audit`` pairs the two (default
 ``ablated``).
 """
@@ -72,6 +74,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
+from ocsd.cli import InputError
 from ocsd.environments import get_environment
 from ocsd.imports import import_reference
 from ocsd.replay.prompts import PromptRenderer, Segment, interaction_text
@@ -80,7 +83,7 @@ from ocsd.replay.schemas import action_schema
 __all__ = [
     "ABLATED_OBSERVATION", "AblatedView", "FullView", "MASK_WORD", "MaskedView", "MissingEvidence",
     "OneObsAblatedView", "OneObsView", "RenderedView", "ReplayView", "ScaffoldOnlyView", "StepRecord", "StudentView",
-    "SwapView", "TemplateView", "VIEWS", "ViewError", "evidence_pieces", "get_view", "load_view",
+    "SwapView", "TemplateView", "VIEWS", "ViewError", "ViewRenderError", "evidence_pieces", "get_view", "load_view",
     "masked_observation", "register_view", "step_records",
 ]
 
@@ -100,6 +103,15 @@ class ViewError(ValueError):
 
 class MissingEvidence(ViewError):
     """The step lacks what a view needs (no o_{k+1}, or no donor observation for ``swap``)."""
+
+
+class ViewRenderError(InputError):
+    """A view is broken: its ``render`` (``render_view``, ``evidence``) raised something other than a
+    :class:`ViewError`, or returned something other than token ids (text pieces for ``evidence``).
+
+    Unlike a :class:`ViewError`, which skips one step, it stops the command: the message names the view
+    and the step, and commands report it in one line (exit status 2).
+    """
 
 
 @dataclass(frozen=True)
@@ -320,10 +332,10 @@ class TemplateView:
         text = interaction_text(step.env, task=step.task, step_idx=step.step_idx, history=step.history,
                                 current_obs=step.current_obs, admissible_actions=step.admissible_actions,
                                 replay=self.replay)
-        evidence = self.evidence(step)
+        evidence = _text_pieces(self, step, self.evidence(step))
         if not evidence:
             return [("prompt", text)]
-        return [("prompt", text + BLANK)] + list(evidence)
+        return [("prompt", text + BLANK)] + evidence
 
     def render_view(self, step: StepRecord, renderer: PromptRenderer) -> RenderedView:
         return RenderedView(self.name, renderer.render_segments(self.pieces(step)))
@@ -333,6 +345,23 @@ class TemplateView:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+
+def _text_pieces(view: TemplateView, step: StepRecord, evidence: object) -> list[tuple[str, str]]:
+    """``evidence`` as a list of ``(kind, text)`` pairs of strings; :class:`ViewRenderError` naming ``view`` and
+    ``step`` if it is anything else."""
+    where = f"view {view.name!r} on step {step.key or step.step_idx}"
+    if evidence is None:
+        return []
+    if isinstance(evidence, (str, bytes)) or not isinstance(evidence, (list, tuple)):
+        raise ViewRenderError(f"{where}: evidence() returned a {type(evidence).__name__}; it must "
+                              "return a list of (kind, text) pairs of strings")
+    for piece in evidence:
+        if not (isinstance(piece, (list, tuple)) and len(piece) == 2
+                and isinstance(piece[0], str) and isinstance(piece[1], str)):
+            raise ViewRenderError(f"{where}: evidence() returned the piece {piece!r:.80}; every piece "
+                                  "must be a (kind, text) pair of strings")
+    return [(kind, text) for kind, text in evidence]
 
 
 VIEWS: dict[str, type] = {}
