@@ -90,7 +90,7 @@ def read_json_file(path, default_name: str, what: str) -> tuple[Path, object]:
     Raises
     ------
     FigureError
-        If the file is missing or not JSON; the message names ``what`` and the file.
+        If the file is missing, cannot be read, is not UTF-8 text or not JSON; the message names the file.
     """
     import json
 
@@ -100,9 +100,15 @@ def read_json_file(path, default_name: str, what: str) -> tuple[Path, object]:
     if not path.exists():
         raise FigureError(f"{what} {path} does not exist")
     try:
-        return path, json.loads(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise FigureError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise FigureError(f"{what} {path} cannot be read ({exc.strerror or type(exc).__name__})") from None
+    try:
+        return path, json.loads(text)
     except json.JSONDecodeError as exc:
-        raise FigureError(f"{path} is not valid JSON ({exc})") from exc
+        raise FigureError(f"{path} is not valid JSON ({exc})") from None
 
 
 def check_run_dir(path) -> Path:

@@ -153,9 +153,9 @@ def result_row(run: RunInfo) -> tuple[dict | None, str]:
     if folders and (folders[-1][1] / EVAL_FILE).is_file():
         path = folders[-1][1] / EVAL_FILE
         env = str(run.info.get("env") or "alfworld")
+        data = read_json_file(path, EVAL_FILE, "evaluation result")[1]
         try:
-            row = evaluation_row(read_json_file(path, EVAL_FILE, "evaluation result")[1],
-                                 get_environment(env).evaluation.metrics)
+            row = evaluation_row(data, get_environment(env).evaluation.metrics)
         except ValueError as err:
             raise FigureError(f"{path}: {err}") from err
         return row, str(path.relative_to(run.path))

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
-    from ocsd.records import RunInUseError
+    from ocsd.records import RecordError, RunInUseError
     from ocsd.replay.models import ModelNotFoundError
     from training.trainer import RunFolderError, Trainer, TrainingError
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         if trainer.start_step > 1:
             print(f"resuming {cfg.run_dir} from step {trainer.start_step - 1}", file=sys.stderr)
         run_dir = trainer.fit()
-    except (RunInUseError, RunFolderError, ModelNotFoundError) as exc:  # raised before any step runs
+    except (RunInUseError, RunFolderError, ModelNotFoundError, RecordError) as exc:  # raised before any step runs
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except TrainingError as exc:

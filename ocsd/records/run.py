@@ -64,12 +64,21 @@ class RunWriter:
         return self.checkpoint_dir(step) / "replay"
 
 
-def _metrics_rows(path: Path) -> tuple[list[dict], list[int]]:
-    """Rows of ``metrics.jsonl`` and their line numbers; a torn last line is left out with a warning."""
+def _read_text(path: Path) -> str:
+    """The UTF-8 text of a record file; :class:`RecordError` naming it if it cannot be read or is not text."""
     try:
-        lines = path.read_text().splitlines()
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise RecordError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except IsADirectoryError:
+        raise RecordError(f"{path}: is a folder, not a file") from None
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+
+
+def _metrics_rows(path: Path) -> tuple[list[dict], list[int]]:
+    """Rows of ``metrics.jsonl`` and their line numbers; a torn last line is left out with a warning."""
+    lines = _read_text(path).splitlines()
     rows, numbers = [], []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -100,8 +109,8 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
     Raises
     ------
     RecordError
-        If a line other than the last is not a JSON object with a ``step`` key, or its ``step`` is not
-        an integer >= 0.
+        If the file cannot be read or is not UTF-8 text, a line other than the last is not a JSON object
+        with a ``step`` key, or its ``step`` is not an integer >= 0.
     """
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
@@ -118,17 +127,17 @@ def read_run_info(run_dir: str | os.PathLike) -> dict:
     Raises
     ------
     RecordError
-        If it is missing, not a JSON object, or of an unknown ``schema_version``.
+        If it is missing, cannot be read, is not UTF-8 text, not a JSON object, or of an unknown
+        ``schema_version``.
     """
     path = Path(run_dir) / RUN_FILE
     if not path.exists():
         raise RecordError(f"{path}: file is missing")
+    text = _read_text(path)
     try:
-        info = json.loads(path.read_text())
+        info = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise RecordError(f"{path}: not valid JSON ({exc})") from exc
-    except UnicodeDecodeError as exc:
-        raise RecordError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise RecordError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(info, dict):
         raise RecordError(f"{path}: not a JSON object")
     if info.get("schema_version") != SCHEMA_VERSION:
