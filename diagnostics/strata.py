@@ -25,7 +25,8 @@ Properties (``--by``), read from the checkpoints' ``steps.parquet``, including t
 ``evidence_words``
     words of the observations the Full view shows after the step's action: o_{k+1}, and o_{k+2} when the
     trajectory has a next step (:func:`ocsd.replay.views.evidence_pieces`). Strata are quantile bins
-    (``--bins``, default 5) of the labelled steps.
+    (``--bins``, default 5) of the labelled steps; bins whose quantile edges coincide merge (the output says so),
+    and steps that all share one length make one stratum, whose within-strata AUROC is the pooled one.
 ``next_action``
     what the trajectory does next: ``repeat`` (a_{k+1} = a_k), ``same family`` (another action of a_k's command
     family, :func:`ocsd.replay.schemas.action_family`), ``other family``, or ``none`` (the last step: the Full view
@@ -56,8 +57,8 @@ from ocsd.cli import emit, entry_point, format_table, output_folder, positive_in
 from ocsd.records import CHECKPOINT_COLUMN
 from ocsd.replay.schemas import action_family
 
-__all__ = ["PROPERTIES", "NEXT_ACTIONS", "evidence_words", "next_action", "within_strata_auroc", "strata_labels",
-           "strata_auroc", "table", "main"]
+__all__ = ["PROPERTIES", "NEXT_ACTIONS", "bins_note", "evidence_words", "next_action", "within_strata_auroc",
+           "strata_labels", "strata_auroc", "table", "main"]
 
 NEXT_ACTIONS = ("repeat", "same family", "other family", "none")
 """The strata of ``next_action``, in table order."""
@@ -189,10 +190,20 @@ def _interval(point: float, reps: np.ndarray, ci: float) -> dict:
 
 def strata_labels(values: pd.Series, by: str, *, bins: int = 5) -> tuple[pd.Series, list[str]]:
     """Stratum names of the steps and their table order: quantile bins (``bins``) of a numeric property (named
-    by their ranges), or the categories of ``next_action``."""
+    by their ranges), or the categories of ``next_action``.
+
+    Quantile edges that coincide (many steps of one value) merge their bins, so there may be fewer strata than
+    ``bins``; when every step has the same value there is one stratum, named by that value.
+    """
     if by == "next_action":
         return values.astype(str), [n for n in NEXT_ACTIONS if n in set(values)]
-    codes, edges = pd.qcut(values.to_numpy(np.float64), bins, labels=False, retbins=True, duplicates="drop")
+    x = values.to_numpy(np.float64)
+    if x.size == 0:
+        return pd.Series([], index=values.index, dtype=object), []
+    if x.min() == x.max():  # one value: quantile edges all coincide, and one stratum holds every step
+        name = f"{int(x[0])}" if float(x[0]).is_integer() else f"{x[0]:g}"
+        return pd.Series([name] * x.size, index=values.index), [name]
+    codes, edges = pd.qcut(x, bins, labels=False, retbins=True, duplicates="drop")
     lows = np.floor(edges[:-1]).astype(int)
     lows[1:] += 1  # (a, b] bins of integers: from a + 1 to b
     names = [f"{lo}-{int(hi)}" if lo < int(hi) else f"{int(hi)}" for lo, hi in zip(lows, edges[1:])]
@@ -220,6 +231,8 @@ def strata_auroc(data: DiagData, by: str, *, bins: int = 5, n_boot: int = 1000, 
         "strata": [{"stratum", "n_steps", "n_valid", "signals": {signal: {"auroc", "ci_low", "ci_high"}},
         "mean": {"valid"|"invalid": {signal: mean step score}}}, ...],
         "n_steps_within": steps of the strata with both classes,
+        "bins": {"requested", "used", "distinct_values"} (a numeric property only: coinciding quantile edges merge
+        bins; one distinct value gives one stratum, whose within-strata AUROC is the pooled one),
         "within": {signal: {...}}, "pooled": {signal: {...}},
         "delta": {"within"|"pooled": {"delta", "ci_low", "ci_high"}}}``
         (Delta AUROC = residual - full, paired over the resamples); AUROCs are nan where a stratum (or every
@@ -237,6 +250,8 @@ def strata_auroc(data: DiagData, by: str, *, bins: int = 5, n_boot: int = 1000, 
     scores = np.column_stack([lab[f"S_{name}"].to_numpy() for name in SIGNALS])
     out = {"by": by, "n_steps": int(y.size), "n_valid": int(y.sum()), "n_invalid": int((~y).sum()),
            "n_trajectories": int(clusters.max()) + 1 if clusters.size else 0, "n_boot": int(n_boot), "ci": ci}
+    if by != "next_action":
+        out["bins"] = {"requested": int(bins), "used": len(order), "distinct_values": int(lab[by].nunique())}
     if not (y.any() and (~y).any()):
         warnings.warn(f"AUROC needs valid and invalid steps; got {int(y.sum())} valid and {int((~y).sum())} "
                       f"invalid: returning nan", DegenerateInputWarning, stacklevel=2)
@@ -294,7 +309,21 @@ def table(result: dict) -> str:
                         title=title)
     deltas = "; ".join(f"{name} {d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
                        for name, d in result["delta"].items())
-    return f"{text.rstrip()}\nDelta AUROC (residual - full): {deltas}\n"
+    return f"{text.rstrip()}\nDelta AUROC (residual - full): {deltas}\n{bins_note(result)}"
+
+
+def bins_note(result: dict) -> str:
+    """A line saying why a numeric property has fewer strata than ``--bins`` asked for ('' when it has as many)."""
+    bins = result.get("bins")
+    if not bins or bins["used"] >= bins["requested"]:
+        return ""
+    if bins["distinct_values"] <= 1:
+        return (f"note: every labelled step has {result['by']} = {result['strata'][0]['stratum']}: one stratum "
+                f"instead of --bins {bins['requested']}; the within-strata AUROC is the pooled one\n"
+                if result["strata"] else "")
+    return (f"note: {bins['used']} strata instead of --bins {bins['requested']}: the labelled steps have "
+            f"{bins['distinct_values']} distinct {result['by']} values, and quantile edges that coincide merge "
+            f"their bins\n")
 
 
 def _main(argv: Sequence[str] | None) -> int:
