@@ -25,7 +25,8 @@
 #   bash results/paper_scale_on_gpu.sh poll SECONDS          wait up to SECONDS for the jobs; print their progress and
 #                                                            copy what they finished into $OUT
 # Settings: CACHE (/tmp/ocsd_cache), WORKERS (12) environment processes per job, VLLM_MEM (0.35) the share of GPU
-# memory each vLLM engine takes, GPUS (all of the machine's).
+# memory each vLLM engine takes, GPUS (all of the machine's), MICRO (8192) update micro-batch tokens and
+# SCORING_TOKENS (16384) replay-scoring batch tokens (a 152k-token vocabulary makes the logits of 32k tokens 20 GB).
 set -e
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
@@ -95,8 +96,9 @@ steps)
     name=${2:?steps NAME MODEL [key=value...]} model=${3:?steps NAME MODEL [key=value...]}
     shift 3
     start "$name" "python3 -m training.train --config training/configs/alfworld_paper.yaml run_dir=/tmp/runs/$name \
-        run_name=$name model=$model data=generated games_dir=$ASSETS/games n_train_games=64 total_steps=${STEPS:-2} \
-        save_freq=${STEPS:-2} test_freq=0 rollout_engine=vllm env_workers=${WORKERS:-12} \
+        run_name=$name model=$model data=generated games_dir=$ASSETS/games n_train_games=64 n_val_games=2 \
+        total_steps=${STEPS:-2} save_freq=${STEPS:-2} test_freq=0 rollout_engine=vllm env_workers=${WORKERS:-12} \
+        micro_batch_tokens=${MICRO:-8192} scoring_token_budget=${SCORING_TOKENS:-16384} \
         vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} progress=false $* && \
         cd /tmp/runs && tar czf $JOBS/out/$name.tgz --exclude=actor $name" ;;
 poll)
