@@ -62,7 +62,8 @@ def play(policy, mode: str, step: int) -> dict:
     from training.pipeline import step_tasks
 
     base = policy.cfg
-    policy.cfg = dataclasses.replace(base, rollout_pipeline=mode == "pipelined")
+    # generate (hf) has no pipelined mode, which the config refuses: both columns are turn by turn then
+    policy.cfg = dataclasses.replace(base, rollout_pipeline=mode == "pipelined" and base.rollout_engine == "vllm")
     timings: dict[str, float] = {}
     try:
         start = time.perf_counter()

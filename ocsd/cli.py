@@ -14,6 +14,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -21,7 +22,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 __all__ = ["InputError", "UsageError", "SkipCommand", "positive_int", "non_negative_int", "folder_problem",
-           "output_folder", "jsonable", "write_json", "fmt", "format_table", "emit", "run_main", "entry_point"]
+           "write_problem", "output_folder", "jsonable", "write_json", "fmt", "format_table", "emit", "run_main",
+           "entry_point"]
 
 
 class InputError(ValueError):
@@ -65,21 +67,39 @@ def non_negative_int(flag: str) -> Callable[[str], int]:
     return parse
 
 
-def folder_problem(path: str | Path) -> str | None:
+def folder_problem(path: str | Path, *, write: bool = False) -> str | None:
     """Why ``path`` cannot be a folder to write into, or None: it is empty (which would mean the current
-    folder), or it or a folder above it is a file."""
+    folder), or it or a folder above it is a file; with ``write``, also when the folder (or, where it is
+    still to be created, the nearest folder above it that exists) cannot be written (:func:`write_problem`)."""
     if not str(path).strip():
         return "empty (it would mean the current folder); name a folder"
     folder = Path(path).expanduser()
     existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
-    if existing is None or existing.is_dir():
+    if existing is None:
         return None
+    if existing.is_dir():
+        return write_problem(existing) if write else None
     return f"{existing} is a file, not a folder"
 
 
+def write_problem(folder: str | Path) -> str | None:
+    """Why nothing can be written into the existing folder ``folder`` (read-only, no permission), or None.
+
+    The folder is tried for real (a hidden empty file is created and removed at once), so the answer is the file
+    system's own: permission bits, read-only mounts, and the superuser, whom permission bits do not stop."""
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
+    except OSError as exc:
+        return f"{folder} cannot be written ({exc.strerror or type(exc).__name__})"
+    os.close(handle)
+    os.unlink(probe)
+    return None
+
+
 def output_folder(text: str) -> str:
-    """An ``argparse`` type: a folder to write into, created later if missing (:func:`folder_problem`)."""
-    problem = folder_problem(text)
+    """An ``argparse`` type: a folder to write into, created later if missing; it must be writable
+    (:func:`folder_problem`)."""
+    problem = folder_problem(text, write=True)
     if problem:
         raise argparse.ArgumentTypeError(problem)
     return text

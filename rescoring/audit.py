@@ -53,8 +53,9 @@ import pandas as pd
 from diagnostics import tails
 from diagnostics.bootstrap import paired_delta_auroc
 from diagnostics.load import DiagnosticsError, from_replay
-from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, checkpoint_rescorers, parse_steps,
-                               rescoring_entry_point, rescoring_parser, run_checkpoints, run_label)
+from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, check_out, check_weights_flags,
+                               checkpoint_rescorers, parse_steps, rescoring_entry_point, rescoring_parser,
+                               run_checkpoints, run_label)
 from diagnostics.stats import DegenerateInputWarning
 from diagnostics.verdicts import audit_points
 from rescoring.swap import swap_auroc, swap_drop, swap_plan, swap_scores
@@ -401,11 +402,13 @@ def _parser() -> argparse.ArgumentParser:
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     check_bootstrap(args)
+    check_weights_flags(args)
     try:
         view = load_view(args.view)
     except ValueError as exc:
         raise DiagnosticsError(f"--view: {exc}") from None
-    out = args.out or Path(args.run) / f"audit_{view.name}"
+    out = check_out(args.out or Path(args.run) / f"audit_{view.name}",
+                    "--out" if args.out else f"--out (default RUN/audit_{view.name})")
     result = build_audit(args.run, view, out, twin=args.twin, baseline=args.baseline,
                          ckpt_steps=parse_steps(args.ckpt_steps), donors=args.donors, per_category=args.per_category,
                          swap=not args.no_swap, same_text=args.donor_text == "any", model=args.model,

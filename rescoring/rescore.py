@@ -32,8 +32,8 @@ from ocsd.replay.render import RenderedStep, render_steps
 from ocsd.replay.views import ReplayView, StepRecord
 
 __all__ = ["Checkpoint", "Rescorer", "checkpoint_weights", "model_weights", "parse_steps", "check_bootstrap",
-           "rescoring_entry_point", "rescoring_parser", "run_checkpoints", "run_label", "scoring_device",
-           "stored_residual_gap", "swapped_record"]
+           "check_out", "check_weights_flags", "rescoring_entry_point", "rescoring_parser", "run_checkpoints",
+           "run_label", "scoring_device", "stored_residual_gap", "swapped_record"]
 
 PAPER_CHECKPOINTS = (10, 50, 100, 150)
 """Checkpoints of the paper's observation-swapping analysis (appendix "Observation-Swapping Sensitivity
@@ -356,6 +356,45 @@ def rescoring_entry_point(body, prog: str):
     from ocsd.cli import entry_point
 
     return entry_point(body, prog, errors=_weights_errors)
+
+
+def check_weights_flags(args: argparse.Namespace) -> None:
+    """Refuse a ``--device`` that is not ``cpu``, ``cuda`` or ``cuda:N`` of this machine and a ``--dtype`` that is
+    not a floating-point dtype, before any model is loaded.
+
+    Raises
+    ------
+    DiagnosticsError
+        Naming the flag.
+    """
+    from ocsd.replay.models import resolve_dtype
+    from training.config import device_problem
+
+    if args.device is not None:
+        why = device_problem(args.device)
+        if why is not None:
+            raise DiagnosticsError(f"--device {args.device}: {why}")
+    if args.dtype is not None:
+        try:
+            resolve_dtype(args.dtype)
+        except ValueError as exc:
+            raise DiagnosticsError(f"--dtype: {exc}") from None
+
+
+def check_out(out: str | Path, flag: str = "--out") -> Path:
+    """``out`` as a path, once it is known to be a folder that can be written (created if missing).
+
+    Raises
+    ------
+    DiagnosticsError
+        Naming ``flag`` when it or a folder above it is a file, or it cannot be written.
+    """
+    from ocsd.cli import folder_problem
+
+    problem = folder_problem(out, write=True)
+    if problem:
+        raise DiagnosticsError(f"{flag}: {problem}")
+    return Path(out)
 
 
 def check_bootstrap(args: argparse.Namespace) -> None:

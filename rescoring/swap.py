@@ -45,9 +45,9 @@ import pandas as pd
 
 from diagnostics.bootstrap import bootstrap_auroc, paired_delta_auroc
 from diagnostics.load import DiagnosticsError
-from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, checkpoint_rescorers, parse_steps,
-                               rescoring_entry_point, rescoring_parser, run_checkpoints, run_label,
-                               stored_residual_gap, swapped_record)
+from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, check_out, check_weights_flags,
+                               checkpoint_rescorers, parse_steps, rescoring_entry_point, rescoring_parser,
+                               run_checkpoints, run_label, stored_residual_gap, swapped_record)
 from diagnostics.stats import DegenerateInputWarning
 from ocsd.cli import emit, format_table, output_folder, write_json
 from ocsd.records import PROGRESS_LABELS
@@ -380,12 +380,14 @@ def _parser() -> argparse.ArgumentParser:
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     check_bootstrap(args)
+    check_weights_flags(args)
+    out = check_out(args.out or Path(args.run) / "swap", "--out" if args.out else "--out (default RUN/swap)")
     result, steps = swap_analysis(args.run, ckpt_steps=parse_steps(args.ckpt_steps), donors=args.donors,
                                   per_category=args.per_category, model=args.model, device=args.device,
                                   dtype=args.dtype, higher=args.higher, same_text=args.donor_text == "any",
                                   n_boot=args.n_boot, ci=args.ci,
                                   seed=args.seed, progress=not args.no_progress and not args.json)
-    files = write_outputs(result, steps, args.out or Path(args.run) / "swap")
+    files = write_outputs(result, steps, out)
     if result["insufficient_donors"]:
         print(f"warning: {len(result['insufficient_donors'])} evaluation step(s) had fewer than {args.donors} donor "
               f"observations and are not scored; they are listed in {files['json']} (insufficient_donors)",

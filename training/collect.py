@@ -13,9 +13,10 @@ folder). Collecting several checkpoints of one run into the same ``--out`` gives
 every diagnostic reads. Views beyond Full and Observation-Ablated (a built-in name or a user's
 ``module:Class``, see :func:`ocsd.replay.views.load_view`) add ``logp_<name>`` columns.
 
-Settings that shape the rollout (prompt and response lengths, history, step cap, sampling) come from
-the checkpoint's ``run.json`` when there is one, then ``--config``, then ``key=value`` overrides, then
-the named flags.
+Settings that shape the rollout (prompt and response lengths, history, step cap, sampling, task types) come
+from the checkpoint's ``run.json`` when there is one, then ``--config``, then ``key=value`` overrides, then
+the named flags; ``--task-types all`` plays every task type of a run trained on some. Which task types are
+played is printed on stderr.
 
 ``--out`` has one writer (:class:`ocsd.records.RunLock`) and only ever holds collections: a folder
 that is in use, holds a training run (or another command's run), or holds files that are not a run is
@@ -36,8 +37,11 @@ from ocsd.cli import UsageError, positive_int
 BASE_MODELS = ("smollm2", "tiny")
 ROLLOUT_KEYS = ("env", "reward_mode", "history_length", "max_prompt_length", "max_response_length", "max_steps",
                 "temperature", "top_p", "invalid_action_penalty", "rho", "beta", "train_split", "val_split",
-                "games_dir", "n_train_games", "n_val_games", "data")
+                "games_dir", "n_train_games", "n_val_games", "data", "task_types")
 """Keys taken from a checkpoint's ``run.json`` config (the rest are local choices: device, batching)."""
+ALL_TASK_TYPES = "all"
+"""The ``--task-types`` (and ``task_types=``) value of ``training.collect`` and ``training.evaluate`` that plays every
+task type, whatever the run trained on."""
 COLLECT_SOURCE = "training.collect"
 """The ``source`` of a collection's ``run.json`` and ``meta.json``: the folders a collection may add to."""
 NO_DONOR_VIEWS = ("swap",)
@@ -191,7 +195,9 @@ def build_config(source: ModelSource, *, config_path: str | None, overrides: Seq
                  flags: dict[str, Any]):
     """The run settings: defaults < checkpoint's run.json (rollout keys) < --config < overrides < flags.
 
-    The model is never updated, so LoRA and the reference model are off and nothing resumes.
+    The run's ``task_types`` are played unless the settings name others (``all``: every type, see
+    :data:`ALL_TASK_TYPES`) or another environment. The model is never updated, so LoRA and the reference model
+    are off and nothing resumes.
     """
     from training.config import make_config, parse_overrides, read_config_file
 
@@ -203,12 +209,33 @@ def build_config(source: ModelSource, *, config_path: str | None, overrides: Seq
                     and not Path(str(old[key])).expanduser().is_dir()):
                 continue
             values[key] = old[key]
+    told: dict[str, Any] = {}
     if config_path is not None:
-        values.update(read_config_file(config_path))
-    values.update(parse_overrides(overrides))
-    values.update({k: v for k, v in flags.items() if v is not None})
+        told.update(read_config_file(config_path))
+    told.update(parse_overrides(overrides))
+    told.update({k: v for k, v in flags.items() if v is not None})
+    values.update(told)
+    if "task_types" not in told and values.get("env", "alfworld") != old.get("env", "alfworld"):
+        values.pop("task_types", None)  # the run's task types are another environment's
+    if values.get("task_types") == ALL_TASK_TYPES:
+        values["task_types"] = None
     values.update(model=source.model, warm_start=source.warm_start, lora_rank=0, kl_coef=0.0, resume=False)
     return make_config(values, source="command line")
+
+
+def task_types_note(source: ModelSource, cfg) -> str:
+    """The one line saying which task types a collection or evaluation plays, and whether they are the run's."""
+    from ocsd.environments import get_environment
+    from training.envs.runtime import task_type_list
+
+    kinds = task_type_list(cfg.task_types)
+    if kinds is None:
+        every = ", ".join(get_environment(cfg.env).task_types)
+        return f"task types: all ({every})" if every else "task types: all"
+    old = source.run_info.get("config") if isinstance(source.run_info.get("config"), dict) else {}
+    whose = (f" (the run's task_types; --task-types {ALL_TASK_TYPES} plays every type)"
+             if old.get("task_types") == cfg.task_types else "")
+    return f"task types: {', '.join(kinds)}{whose}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -316,6 +343,8 @@ def _parser() -> argparse.ArgumentParser:
                         "(full and ablated are always scored)")
     p.add_argument("--seed", type=int, default=None, help="seed of task sampling, rollouts and selection")
     p.add_argument("--data", help="real ALFWorld data folder (else $ALFWORLD_DATA), or 'generated' for generated games")
+    p.add_argument("--task-types", default=None, metavar="TYPES",
+                   help=f"comma-separated task types to play, or '{ALL_TASK_TYPES}' (default: the run's task_types)")
     p.add_argument("--config", help="YAML config whose keys apply before the overrides")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="training config overrides")
     return p
@@ -365,13 +394,13 @@ def _plan(args):
         raise UsageError(f"--data: folder {args.data!r} does not exist")
     source = resolve_model_source(args.model, flag="--model")
     out = Path(args.out) if args.out is not None else Path("checkpoints") / "collect" / source.label
-    problem = folder_problem(args.out if args.out is not None else str(out))
+    problem = folder_problem(args.out if args.out is not None else str(out), write=True)
     if problem:
         raise UsageError(f"--out: {problem}")
     views = resolve_views([v.strip() for v in args.views.split(",") if v.strip()])
     cfg = build_config(source, config_path=args.config, overrides=args.overrides, flags=dict(
         env=args.env, batch_size=args.tasks, group_size=args.group, rho=args.rho, seed=args.seed,
-        data=args.data, run_dir=str(out), run_name=f"collect_{source.label}"))
+        data=args.data, task_types=args.task_types, run_dir=str(out), run_name=f"collect_{source.label}"))
     if cfg.overwrite:
         raise UsageError("overwrite=true: a collection never replaces another run; use another --out")
     return source, out, views, cfg
@@ -382,6 +411,7 @@ def _collect(args, source: ModelSource, out: Path, views, cfg) -> int:
     from ocsd.records import RunWriter
 
     start = time.perf_counter()
+    print(task_types_note(source, cfg), file=sys.stderr)
     try:
         games = collection_games(cfg)
     except get_environment(cfg.env).load_runtime().data_error as exc:

@@ -257,6 +257,9 @@ class TrainConfig:
             ("loss_agg_mode", self.loss_agg_mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                                                       "seq-mean-token-sum-norm"), "must be a verl aggregation"),
             ("rollout_engine", self.rollout_engine in ENGINES, f"must be one of {', '.join(ENGINES)}"),
+            ("rollout_pipeline", not self.rollout_pipeline or (self.rollout_engine == "vllm" and self.env_workers > 0),
+             f"pipelines episodes only with rollout_engine=vllm and env_workers > 0, not with rollout_engine="
+             f"{self.rollout_engine} and env_workers={self.env_workers}; change them or leave rollout_pipeline off"),
         ]
         for name, ok, why in checks:
             if not ok:
@@ -272,9 +275,9 @@ class TrainConfig:
                 warm = resolve_warm_start(self.warm_start)
             except WarmStartError as exc:
                 raise ConfigError(f"warm_start: {exc}") from None
-            if warm.base_model is not None and warm.base_model != self.model:
-                raise ConfigError(f"warm_start: {self.warm_start} is an adapter of model {warm.base_model!r}, but "
-                                  f"model={self.model!r}")
+            why = warm.model_problem(self.model)  # a warm start of another base model
+            if why is not None:
+                raise ConfigError(f"warm_start: {why}")
 
     def to_dict(self) -> dict:
         """Plain dict of every field."""

@@ -3,8 +3,10 @@
 Evaluates a checkpoint or base model with the paper's protocol: one episode per evaluation task, at
 most the environment's step cap (ALFWorld: 50), sampled as SDAR validates (temperature 0.4, top-p 1.0:
 the config's ``val_do_sample``, ``val_temperature``, ``val_top_p``, ``val_seed``; ``--greedy``,
-``--temperature``, ``--top-p``, ``--sample-seed`` change them), success per task type and overall.
-Every task of the split is played (SDAR validates on a seeded sample of 128); ``--repeats K`` plays each
+``--temperature``, ``--top-p``, ``--sample-seed`` change them; greedy decoding takes no temperature or top-p and
+records none), success per task type and overall. The task types are the run's ``task_types`` (a checkpoint's
+``run.json``) unless ``--task-types`` (or ``task_types=``) names others or ``all``; which ones are played is
+printed on stderr. Every task of the split is played (SDAR validates on a seeded sample of 128); ``--repeats K`` plays each
 task K times with different sampling seeds and reports the mean success with a percentile bootstrap
 interval over tasks (:func:`diagnostics.runs.task_bootstrap`), so that two methods can be compared.
 Prints a table, or one JSON object with ``--json``; ``--out`` writes ``eval.json`` next to the checkpoint
@@ -33,7 +35,7 @@ import numpy as np
 
 from ocsd.cli import UsageError, folder_problem, positive_int
 from ocsd.environments import EnvironmentSpec, RuntimeNotImplemented, environment_names, get_environment
-from training.collect import build_config, resolve_model_source
+from training.collect import ALL_TASK_TYPES, build_config, resolve_model_source, task_types_note
 
 CI_LEVEL = 0.95
 """Coverage of the bootstrap interval over tasks."""
@@ -76,9 +78,11 @@ class EvalSampling:
         return int(np.random.default_rng([self.seed, repeat]).integers(2**31))
 
     def describe(self) -> dict:
-        """The JSON fields of an evaluation result (``greedy`` is ``not do_sample``)."""
-        return {"greedy": not self.do_sample, "do_sample": self.do_sample, "temperature": self.temperature,
-                "top_p": self.top_p, "sample_seed": self.seed}
+        """The JSON fields of an evaluation result (``greedy`` is ``not do_sample``; greedy decoding uses no
+        temperature or top-p, so they are None then)."""
+        return {"greedy": not self.do_sample, "do_sample": self.do_sample,
+                "temperature": self.temperature if self.do_sample else None,
+                "top_p": self.top_p if self.do_sample else None, "sample_seed": self.seed}
 
     def __str__(self) -> str:
         if not self.do_sample:
@@ -196,10 +200,20 @@ def _out_path(out: bool, out_file: str | None, checkpoint: Path | None) -> Path 
 
 
 def _out_problem(path: Path) -> str | None:
-    """Why the result cannot be written to ``path`` (it is a folder, or a folder above it is a file), or None."""
+    """Why the result cannot be written to ``path`` (it is a folder, a folder above it is a file, or its folder
+    cannot be written), or None."""
     if path.is_dir():
         return f"{path} is a folder, not a file"
-    return folder_problem(path.parent)
+    return folder_problem(path.parent, write=True)
+
+
+def _unused_sampling_flags(args, cfg) -> list[str]:
+    """The sampling flags given for a greedy evaluation, which would not be used (greedy decoding does not
+    sample)."""
+    if cfg.val_do_sample:
+        return []
+    return [flag for flag, value in (("--temperature", args.temperature), ("--top-p", args.top_p))
+            if value is not None]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -220,6 +234,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling (val_top_p; SDAR 1.0)")
     p.add_argument("--sample-seed", type=int, default=None, help="seed of the sampling (val_seed)")
     p.add_argument("--seed", type=int, default=None, help="seed (tiny model weights, generated games)")
+    p.add_argument("--task-types", default=None, metavar="TYPES",
+                   help=f"comma-separated task types to play, or '{ALL_TASK_TYPES}' (default: the run's task_types)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--out", action="store_true", help="write eval.json next to the checkpoint (global_step_N/)")
     p.add_argument("--out-file", help="write the JSON result to this file (or PATH/eval.json for a folder)")
@@ -252,13 +268,19 @@ def main(argv: list[str] | None = None) -> int:
         flags = dict(env=args.env, data=args.data, seed=args.seed, group_size=1,
                      max_steps=None if "max_steps" in overrides else spec.max_steps,
                      val_do_sample=False if args.greedy else None, val_temperature=args.temperature,
-                     val_top_p=args.top_p, val_seed=args.sample_seed)
+                     val_top_p=args.top_p, val_seed=args.sample_seed, task_types=args.task_types)
         if args.tasks is not None:
             flags["n_val_games"] = args.tasks
         cfg = build_config(source, config_path=args.config, overrides=args.overrides, flags=flags)
+        unused = _unused_sampling_flags(args, cfg)
+        if unused:
+            greedy = "--greedy" if args.greedy else "val_do_sample=false"
+            raise UsageError(f"{' and '.join(unused)}: unused with {greedy} (greedy decoding does not sample); "
+                             f"leave {' and '.join(unused)} out, or sample without {greedy}")
     except (UsageError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    print(task_types_note(source, cfg), file=sys.stderr)
 
     try:
         games, origin = runtime.evaluation_tasks(cfg, args.split, args.tasks)
@@ -279,14 +301,19 @@ def main(argv: list[str] | None = None) -> int:
         runner.close()
     result = {"model": source.spec, "checkpoint": str(source.checkpoint) if source.checkpoint else None,
               "global_step": source.global_step, "env": cfg.env, "tasks_from": origin, "split": args.split,
-              "max_steps": cfg.max_steps, "max_response_length": cfg.max_response_length, **sampling.describe(),
-              **metrics}
+              "max_steps": cfg.max_steps, "max_response_length": cfg.max_response_length, "task_types": cfg.task_types,
+              **sampling.describe(), **metrics}
+    print(json.dumps(result) if args.json else format_table(result), flush=True)  # shown even if writing fails
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result) if args.json else format_table(result))
-    if out is not None and not args.json:
-        print(f"written to {out}")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(result, indent=2) + "\n")
+        except OSError as exc:  # the folder changed during the evaluation (checked before it)
+            print(f"error: {'--out-file' if args.out_file else '--out'}: cannot write {out} ({exc.strerror or exc}); "
+                  f"the result is printed above", file=sys.stderr)
+            return 1
+        if not args.json:
+            print(f"written to {out}")
     return 0
 
 

@@ -44,8 +44,11 @@ def export(run_or_ckpt: str, out: str) -> Path:
     Raises
     ------
     training.warm_start.WarmStartError
-        When the path is no SFT checkpoint, or the checkpoint has no adapter.
+        When the path is no SFT checkpoint, the checkpoint has no adapter, or ``out`` cannot take the adapter: a
+        file, a folder that cannot be written, or a folder inside the run (whose own commands would then take
+        the run for an exported adapter).
     """
+    from ocsd.cli import folder_problem
     from ocsd.records import read_metrics
     from training.warm_start import WarmStartError, export_adapter, resolve_warm_start
 
@@ -56,6 +59,13 @@ def export(run_or_ckpt: str, out: str) -> Path:
     run = actor.parent.parent
     if not (run / SFT_FILE).is_file():
         raise WarmStartError(f"--export: {run} has no {SFT_FILE}: not a training.sft run")
+    problem = folder_problem(out, write=True)
+    if problem:
+        raise WarmStartError(f"--out: {problem}")
+    target = Path(out).expanduser().resolve()
+    if target == run.resolve() or run.resolve() in target.parents:
+        raise WarmStartError(f"--out: {out} is inside the run folder {run}, which would then read as an exported "
+                             f"adapter to its own commands; export to a folder outside the run")
     info = json.loads((run / SFT_FILE).read_text())
     metrics = read_metrics(run)
     step = int(actor.parent.name[len("global_step_"):])
@@ -96,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.help_config:
         print(describe(SFTConfig))
         return 0
+    if args.out and not args.export:
+        print(f"error: --out is where --export writes an adapter; without --export it has no use (a warm start "
+              f"is written to its run_dir=...): add --export RUN_OR_CKPT, or leave --out out", file=sys.stderr)
+        return 2
     if args.export:
         from training.warm_start import WarmStartError
 
@@ -113,10 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
+    from ocsd.cli import folder_problem
     from ocsd.records import RunInUseError
     from ocsd.replay.models import ModelNotFoundError
     from training.trainer import RunFolderError
 
+    problem = folder_problem(cfg.run_dir, write=True)
+    if problem:
+        print(f"error: run_dir={cfg.run_dir!r}: {problem}; nothing was written", file=sys.stderr)
+        return 2
     try:
         if args.prepare:
             return prepare(cfg)

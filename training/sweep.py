@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ocsd.cli import UsageError
+from ocsd.cli import UsageError, folder_problem
 
 INDEX_FILE = "index.json"
 STATUSES = ("pending", "running", "done", "skipped", "failed", "interrupted")
@@ -172,8 +172,26 @@ def _env(parallel: int) -> dict[str, str]:
     return env
 
 
+def cell_in_use(cell: Cell) -> str | None:
+    """Why ``cell`` cannot start now: another process holds its run folder (say, a cell of an earlier sweep that
+    still runs after that sweep was killed); None when the folder is free. The lock is taken and given back at
+    once, as the cell's trainer would take it (a stale lock is taken over and reported, as the trainer would)."""
+    from ocsd.records import RunInUseError, RunLock
+
+    if not Path(cell.run_dir).is_dir():
+        return None
+    try:
+        RunLock(cell.run_dir).acquire().release()
+    except RunInUseError as exc:
+        return str(exc)
+    return None
+
+
 def run_cells(config: str, cells: list[Cell], out: Path, *, parallel: int = 1, echo=print) -> list[Cell]:
-    """Run the unfinished cells, at most ``parallel`` at a time; index.json is rewritten at every change."""
+    """Run the unfinished cells, at most ``parallel`` at a time; index.json is rewritten at every change.
+
+    A cell whose run folder another process holds (:func:`cell_in_use`) is recorded as failed without being
+    started, and its log, which that process may still be writing, is left as it is."""
     (out / "logs").mkdir(parents=True, exist_ok=True)
     before = {r.get("run_dir"): r for r in read_index(out) if isinstance(r, dict)}
     queue = []
@@ -190,6 +208,13 @@ def run_cells(config: str, cells: list[Cell], out: Path, *, parallel: int = 1, e
         while queue or running:
             while queue and len(running) < parallel:
                 cell = queue.pop(0)
+                busy = cell_in_use(cell)
+                if busy is not None:
+                    cell.status, cell.returncode, cell.seconds = "failed", None, None
+                    write_index(out, cells)
+                    echo(f"[failed] {cell.name}: not started, its run folder {busy} (its log {cell.log} is left "
+                         f"as it is)")
+                    continue
                 log = open(cell.log, "w")
                 log.write("$ " + " ".join(_command(config, cell)) + "\n")
                 log.flush()
@@ -278,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) if args.out else Path("checkpoints") / f"sweep_{Path(args.config).stem}"
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out: {out} exists and is not a folder")
+        problem = folder_problem(out, write=True)
+        if problem:
+            raise UsageError(f"--out: {problem}")
         cells = plan_cells(args.config, methods, seeds, rhos, betas, out, args.overrides)
     except (UsageError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)

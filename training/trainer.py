@@ -42,6 +42,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ocsd.algorithm.methods import MethodSpec, get_method
+from ocsd.cli import folder_problem
 from ocsd.environments import get_environment
 from ocsd.records import (LOCK_FILE, METRICS_FILE, RECORDED_VIEWS, RUN_FILE, RecordError, RunLock,
                           RunWriter, checkpoint_dirs, checkpoint_folders, read_run_info, write_replay)
@@ -208,6 +209,9 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, games=None):
         self.cfg = cfg
         self.spec: MethodSpec = get_method(cfg.method)
+        problem = folder_problem(cfg.run_dir, write=True)
+        if problem:
+            raise RunFolderError(f"run_dir={cfg.run_dir!r}: {problem}; nothing was written")
         self.lock = RunLock(cfg.run_dir).acquire()
         try:
             self._start(games)

@@ -22,7 +22,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["WARM_START_FILE", "WarmStart", "WarmStartError", "export_adapter", "merge_adapter", "resolve_warm_start"]
+__all__ = ["WARM_START_FILE", "WarmStart", "WarmStartError", "export_adapter", "merge_adapter", "recorded_model",
+           "resolve_warm_start", "same_model"]
 
 WARM_START_FILE = "warm_start.json"
 """An exported adapter's provenance: base model, command, data, seed, commit, hardware, minutes."""
@@ -45,7 +46,8 @@ class WarmStart:
     adapter : Path or None
         A LoRA adapter folder to merge into the base model (an exported warm start).
     base_model : str or None
-        The base model an exported adapter was trained on (``warm_start.json``).
+        The base model the warm start was trained on: an exported adapter's (``warm_start.json``), or the ``model``
+        setting of the run a checkpoint belongs to (its ``sft.json`` or ``run.json``); None when nothing says.
     info : dict
         The exported adapter's ``warm_start.json`` (empty for a checkpoint).
     """
@@ -55,6 +57,40 @@ class WarmStart:
     adapter: Path | None = None
     base_model: str | None = None
     info: dict = field(default_factory=dict)
+
+    def model_problem(self, model: str) -> str | None:
+        """Why this warm start cannot start a run of ``model`` (the ``model`` setting): it was trained on another
+        base model, whose weights (a checkpoint) or shapes (an adapter) the run would take under ``model``'s
+        name; None when it fits or its base model is not recorded."""
+        if self.base_model is None or same_model(self.base_model, model):
+            return None
+        what = "an adapter" if self.adapter is not None else f"a checkpoint (weights {self.weights})"
+        return (f"{self.path} is {what} of model {self.base_model!r}, but model={model!r}; set model="
+                f"{self.base_model} or use a warm start of {model}")
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two ``model`` settings name the same model: equal names, or two paths of one folder."""
+    if a == b:
+        return True
+    first, second = Path(a).expanduser(), Path(b).expanduser()
+    return first.is_dir() and second.is_dir() and first.resolve() == second.resolve()
+
+
+def recorded_model(actor: Path) -> str | None:
+    """The ``model`` setting of the run whose checkpoint's ``actor/`` this is: ``sft.json``'s config (a
+    ``training.sft`` run) or ``run.json`` (a training run); None when the run folder records none."""
+    run = actor.parent.parent
+    for name, read in (("sft.json", lambda d: (d.get("config") or {}).get("model")),
+                       ("run.json", lambda d: d.get("model") or (d.get("config") or {}).get("model"))):
+        try:
+            data = json.loads((run / name).read_text())
+        except (OSError, ValueError):
+            continue
+        model = read(data) if isinstance(data, dict) else None
+        if isinstance(model, str) and model:
+            return model
+    return None
 
 
 def resolve_warm_start(path: str | Path) -> WarmStart:
@@ -78,14 +114,14 @@ def resolve_warm_start(path: str | Path) -> WarmStart:
                 raise WarmStartError(f"{p / WARM_START_FILE}: not a readable JSON file ({exc})") from None
         return WarmStart(p, adapter=p, base_model=info.get("base_model"), info=info)
     if p.name == "actor" and (p / "config.json").is_file():
-        return WarmStart(p, weights=p)
+        return WarmStart(p, weights=p, base_model=recorded_model(p))
     if (p / "actor" / "config.json").is_file():
-        return WarmStart(p, weights=p / "actor")
+        return WarmStart(p, weights=p / "actor", base_model=recorded_model(p / "actor"))
     from ocsd.records import checkpoint_dirs
 
     found = [ckpt for _, ckpt in checkpoint_dirs(p) if (ckpt / "actor" / "config.json").is_file()]
     if found:
-        return WarmStart(p, weights=found[-1] / "actor")
+        return WarmStart(p, weights=found[-1] / "actor", base_model=recorded_model(found[-1] / "actor"))
     raise WarmStartError(f"{path}: neither an exported adapter (adapter_config.json), a checkpoint with weights "
                          f"(global_step_N/actor/config.json) nor a run folder holding one")
 

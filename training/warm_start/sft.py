@@ -25,9 +25,14 @@ from training.config import (COUNT, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, Co
                              check_ranges, data_root_of, setting)
 from training.warm_start.demonstrations import DEMO_DIR, build_demonstrations
 
-__all__ = ["RESUMABLE", "SFT_FILE", "SFTConfig", "SFTRun", "hardware", "lr_at", "sft_step", "source_version"]
+__all__ = ["RESUMABLE", "SFT_ENVIRONMENTS", "SFT_FILE", "SFTConfig", "SFTRun", "hardware", "lr_at", "sft_step",
+           "source_version"]
 
 SFT_FILE = "sft.json"
+SFT_ENVIRONMENTS = ("alfworld",)
+"""Environments a warm start can be made in: their runtime has an expert, and :class:`SFTConfig` has every setting
+their tasks need (WebShop's and Search-QA's task sources read settings it does not have: ``webshop_url``,
+``retrieval_urls``, ``task_types``)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,10 @@ class SFTConfig:
 
         if self.env not in environment_names():
             raise ConfigError(f"env: unknown {self.env!r}; known: {', '.join(environment_names())}")
+        if self.env not in SFT_ENVIRONMENTS:
+            raise ConfigError(f"env={self.env!r}: a warm start can be made only in {', '.join(SFT_ENVIRONMENTS)} "
+                              f"(an expert, and tasks its settings describe); {self.env}'s tasks need settings it "
+                              f"has no key for")
         check_ranges(self)
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ConfigError(f"dtype={self.dtype!r}: must be float32, bfloat16 or float16")
