@@ -23,6 +23,16 @@ def dry_run(*overrides, cwd=ROOT):
                           capture_output=True, text=True, timeout=90)
 
 
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory) -> Path:
+    """A Hugging Face folder of the tiny model (config.json and weights): the policy verl is given."""
+    from ocsd.replay.models import tiny_model
+
+    folder = tmp_path_factory.mktemp("policy") / "tiny"
+    tiny_model(hidden_size=16, intermediate_size=32).save_pretrained(folder)
+    return folder
+
+
 def _leaves(node, prefix=()):
     if isinstance(node, dict):
         for key, value in node.items():
@@ -56,7 +66,7 @@ def test_every_verl_key_the_config_sets_exists_in_verls_config():
     assert missing == []
 
 
-def test_dry_run_composes_the_paper_setting_and_writes_the_task_rows(alfworld_games, tmp_path):
+def test_dry_run_composes_the_paper_setting_and_writes_the_task_rows(alfworld_games, tmp_path, policy_dir):
     import pandas as pd
 
     from training.verl.tasks import AGENT_NAME
@@ -64,7 +74,7 @@ def test_dry_run_composes_the_paper_setting_and_writes_the_task_rows(alfworld_ga
     run = tmp_path / "run"
     out = dry_run("ocsd.data=generated", f"ocsd.games_dir={alfworld_games}", f"ocsd.run_dir={run}",
                   "ocsd.n_train_games=2", "ocsd.n_val_games=2", "ocsd.method=grpo", "ocsd.lr=3e-6",
-                  "actor_rollout_ref.model.path=/models/Qwen3-1.7B", cwd=tmp_path)
+                  f"actor_rollout_ref.model.path={policy_dir}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     config = yaml.safe_load(out.stdout)
     ocsd, actor, rollout = config["ocsd"], config["actor_rollout_ref"]["actor"], config["actor_rollout_ref"]["rollout"]
@@ -90,26 +100,27 @@ def test_dry_run_composes_the_paper_setting_and_writes_the_task_rows(alfworld_ga
     assert list(train["ocsd_index"]) == [0, 1] and set(valid["ocsd_split"]) == {"valid"}
 
 
-def test_other_presets_and_refusals(alfworld_games, tmp_path):
-    out = dry_run("ocsd=webshop", f"ocsd.run_dir={tmp_path / 'shop'}", "actor_rollout_ref.model.path=/m")
+def test_other_presets_and_refusals(alfworld_games, tmp_path, policy_dir):
+    out = dry_run("ocsd=webshop", f"ocsd.run_dir={tmp_path / 'shop'}", f"actor_rollout_ref.model.path={policy_dir}")
     assert out.returncode == 2 and "data: no WebShop tasks named" in out.stderr  # the preset names no data
     out = dry_run("ocsd=webshop", "ocsd.data=generated", f"ocsd.games_dir={tmp_path / 'shop_data'}",
                   "ocsd.n_train_games=8", "ocsd.n_val_games=4",
-                  f"ocsd.run_dir={tmp_path / 'shop'}", "actor_rollout_ref.model.path=/m")
+                  f"ocsd.run_dir={tmp_path / 'shop'}", f"actor_rollout_ref.model.path={policy_dir}")
     assert out.returncode == 0, out.stderr[-3000:]
     config = yaml.safe_load(out.stdout)
     assert (config["ocsd"]["env"], config["ocsd"]["max_steps"], config["data"]["max_prompt_length"]) == (
         "webshop", 15, 4096)
 
-    out = dry_run("ocsd.method=sdar", "actor_rollout_ref.model.path=/m")
+    out = dry_run("ocsd.method=sdar", f"actor_rollout_ref.model.path={policy_dir}")
     assert out.returncode == 2 and "ocsd.method='sdar'" in out.stderr and "python -m training.train" in out.stderr
-    out = dry_run("ocsd.rho=2", "actor_rollout_ref.model.path=/m")
+    out = dry_run("ocsd.rho=2", f"actor_rollout_ref.model.path={policy_dir}")
     assert out.returncode == 2 and "rho" in out.stderr
 
 
-def test_paper_launch_script_passes_the_setting_on(alfworld_games, tmp_path):
-    model = tmp_path / "Qwen3-8B"
-    model.mkdir()
+def test_paper_launch_script_passes_the_setting_on(alfworld_games, tmp_path, policy_dir):
+    import shutil
+
+    model = shutil.copytree(policy_dir, tmp_path / "Qwen3-8B")  # the script reads the size from the name
     env = dict(os.environ, VERL_USE_EXTERNAL_PLUGINS="none", GPUS="4", SEED="3", RUN_ROOT=str(tmp_path / "runs"),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     out = subprocess.run(["bash", str(ROOT / "scripts" / "verl" / "paper.sh"), "alfworld", str(model), "grpo",

@@ -6,9 +6,11 @@ Hydra composes verl's ``ppo_trainer`` config with ``training/verl/config/ocsd_tr
 (:class:`training.verl.checkpoint.ReplayCheckpointCallback`), and a top-level ``ocsd:`` section holding the suite's
 settings (:class:`training.config.TrainConfig`; ``ocsd=webshop`` picks the paper's WebShop setting,
 ``ocsd.method=grpo`` a baseline). verl's keys that the paper fixes (batch, rollouts, lr, clip, KL, lengths, steps,
-run folder) follow the section; ``actor_rollout_ref.model.path`` names the policy's Hugging Face folder (unset:
-the section's ``model`` with its ``warm_start`` merged, written once into ``$OCSD_CACHE/merged/``,
-:func:`training.policy.initial_weights`).
+run folder) follow the section; ``actor_rollout_ref.model.path`` names the policy: a Hugging Face folder
+(``config.json`` and its weights, checked before anything is written) or an installed catalogue model (``smollm2``,
+replaced by its folder); unset, the section's ``model`` with its ``warm_start`` merged, written once into
+``$OCSD_CACHE/merged/`` (:func:`training.policy.initial_weights`). The section's ``device`` must be ``cpu``,
+``cuda`` or ``cuda:N``; verl places the models, and the section is given ``cpu``.
 
 Before verl starts, the section is completed with the suite's defaults and checked, the method is checked against
 what verl's actor can compute, and the task rows (:mod:`training.verl.tasks`) of the run's task source are written
@@ -21,6 +23,7 @@ the paper's launch commands.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -48,18 +51,28 @@ def prepare(config: DictConfig) -> TrainConfig:
     Raises
     ------
     training.config.ConfigError
-        The section names an unknown setting or an invalid value, or the method needs a loss verl's actor does
-        not compute.
+        The section names an unknown setting or an invalid value (``device`` included, although verl places the
+        models), the method needs a loss verl's actor does not compute, or ``actor_rollout_ref.model.path`` is
+        not a model folder with its config and weights, nor an installed catalogue model.
     ValueError
         The environment's task source cannot be built from the section's data settings.
     """
+    device = config.ocsd.get("device") if "ocsd" in config else None
+    why = section_device_problem(device)
+    if why:
+        raise ConfigError(f"ocsd.device={device!r}: {why}")
     with open_dict(config):  # verl places the models; the section's device is read by CPU-only Ray processes too
         config.ocsd.device = "cpu"
     settings = ocsd_settings(config)
     supported_method(settings.method)
     with open_dict(config):
         config.ocsd = OmegaConf.create(settings.to_dict())
-    if not config.actor_rollout_ref.model.get("path"):  # the section's model, with its warm start merged
+    given = config.actor_rollout_ref.model.get("path")
+    if given:
+        folder = policy_folder(str(given))
+        with open_dict(config):
+            config.actor_rollout_ref.model.path = str(folder)
+    else:  # the section's model, with its warm start merged
         from training.policy import initial_weights
 
         with open_dict(config):
@@ -73,6 +86,37 @@ def prepare(config: DictConfig) -> TrainConfig:
             raise ConfigError(f"ocsd: the {settings.env} task source has no {split} tasks (data={settings.data!r})")
         write_task_rows(path, settings.env, tasks, split=split)
     return settings
+
+
+def section_device_problem(device: object) -> str | None:
+    """Why ``device`` is not a device the ``ocsd`` section may name ('cpu', 'cuda' or 'cuda:N'); None if it is one.
+
+    verl places the models, so the section's device is replaced by ``cpu`` (what its CPU-only Ray processes read);
+    a value outside these forms is a mistake, never silently replaced. CUDA need not be visible: a dry run checks
+    a GPU config on any machine.
+    """
+    if device is None or re.fullmatch(r"(cpu|cuda)(:\d+)?", str(device)):
+        return None
+    return "must be 'cpu', 'cuda' or 'cuda:N' (verl places the models; the section's device becomes 'cpu')"
+
+
+def policy_folder(path: str) -> Path:
+    """The local Hugging Face folder ``actor_rollout_ref.model.path`` names: a folder with ``config.json`` and its
+    weights, or a catalogue name (:mod:`ocsd.replay.catalog`, e.g. ``smollm2``) resolved to its installed folder.
+    Only headers are read (:func:`ocsd.replay.models.check_model_folder`).
+
+    Raises
+    ------
+    training.config.ConfigError
+        Naming the key and the missing, unreadable or corrupt file (nothing is downloaded).
+    """
+    from ocsd.replay.catalog import ModelNotFoundError
+    from ocsd.replay.models import check_model_folder
+
+    try:
+        return check_model_folder(path)
+    except ModelNotFoundError as err:
+        raise ConfigError(f"actor_rollout_ref.model.path={path!r}: {err}") from None
 
 
 def gpu_problem(config: DictConfig) -> str | None:
