@@ -27,7 +27,7 @@ from ocsd.cli import entry_point
 if TYPE_CHECKING:
     from diagnostics.example import TokenExample
 
-__all__ = ["ROWS", "color_scale", "draw", "to_html", "build", "main"]
+__all__ = ["ROWS", "color_scale", "draw", "to_html", "shown_checkpoint", "build", "main"]
 
 NAME = "fig1_example"
 ROWS = (("d_full", "Full support  δF = log πF − log πS"),
@@ -126,11 +126,27 @@ def to_html(example: TokenExample) -> str:
             f"<style>{style}</style></head><body><h2>Token-level example</h2>{head}{''.join(rows)}</body></html>\n")
 
 
+def shown_checkpoint(checkpoint: str, run_dir) -> str:
+    """The checkpoint as the page and the values name it: its folder relative to the run folder (``global_step_4``),
+    or its folder name when the run folder is the checkpoint itself or does not hold it; never a path of the
+    machine that drew the figure."""
+    folder, run = Path(checkpoint), Path(run_dir).resolve()
+    try:
+        relative = folder.relative_to(run)
+    except ValueError:
+        return folder.name
+    return relative.as_posix() if relative.parts else folder.name
+
+
 def build(run_dir, out_dir, *, step: str | None = None, pdf: bool = False, dpi: int = 150) -> list[Path]:
-    """Pick the step, draw the PNG, write the HTML page and the values."""
+    """Pick the step, draw the PNG, write the HTML page and the values (checkpoints named relative to the run
+    folder, :func:`shown_checkpoint`)."""
+    from dataclasses import replace
+
     from diagnostics.example import token_example
 
     example = token_example(run_dir, step=step)
+    example = replace(example, checkpoint=shown_checkpoint(example.checkpoint, run_dir))
     fig = draw(example)
     add_caption(fig, f"{Path(run_dir).name}, global step {example.global_step}, "
                      f"{example.traj_uid}:{example.step_idx} ({example.chosen}); {len(example.tokens)} tokens, "
