@@ -72,7 +72,7 @@ or ``module:Class``) in an ``ablated_twin`` attribute; ``python -m rescoring.aud
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Protocol, Sequence, runtime_checkable
+from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 from ocsd.cli import InputError
 from ocsd.environments import get_environment
@@ -353,9 +353,10 @@ def _text_pieces(view: TemplateView, step: StepRecord, evidence: object) -> list
     where = f"view {view.name!r} on step {step.key or step.step_idx}"
     if evidence is None:
         return []
-    if isinstance(evidence, (str, bytes)) or not isinstance(evidence, (list, tuple)):
+    if isinstance(evidence, (str, bytes)) or not isinstance(evidence, Iterable):
         raise ViewRenderError(f"{where}: evidence() returned a {type(evidence).__name__}; it must "
                               "return a list of (kind, text) pairs of strings")
+    evidence = list(evidence)
     for piece in evidence:
         if not (isinstance(piece, (list, tuple)) and len(piece) == 2
                 and isinstance(piece[0], str) and isinstance(piece[1], str)):

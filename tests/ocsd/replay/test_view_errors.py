@@ -106,3 +106,20 @@ def test_view_error_still_skips_the_step(smollm2_renderer):
         warnings.simplefilter("ignore", UserWarning)
         rendered, skipped = render_steps(_steps(), ["full", Skips()], smollm2_renderer)
     assert not rendered and [s.reason for s in skipped] == [f"step t0:{k}: nothing to show" for k in range(3)]
+
+
+def test_evidence_may_be_any_iterable_of_text_pairs(smollm2_renderer):
+    class AsList(TemplateView):
+        name = "as_list"
+
+        def evidence(self, step):
+            return [("fixed", "Next:\n"), ("observation", "Observation: " + step.future_obs[0])]
+
+    class AsGenerator(AsList):
+        name = "as_generator"
+
+        def evidence(self, step):
+            yield from super().evidence(step)
+
+    rendered = render_views(_steps()[0], [AsList(), AsGenerator()], smollm2_renderer)
+    assert rendered.contexts["as_list"] == rendered.contexts["as_generator"]
