@@ -53,6 +53,12 @@ class EnvironmentRuntime:
         ``demonstration(task) -> [(action, reason), ...]``: an expert's winning play of one task with a
         short reason per step, for supervised warm starts (:mod:`training.sft`); None when the
         environment has no expert.
+    experts : dict or None
+        The environment's experts by name where it has several (ALFWorld: ``search``, ``walkthrough``); the
+        ``expert`` setting of :mod:`training.sft` chooses one. ``experts[name](task, seed)`` returns a play
+        like ``demonstration``'s, or an expert that reacts to what it sees: ``act(observation, admissible) ->
+        (action, reason)``, called with every observation of the episode (the first included), None when it has
+        nothing left to do. None: ``demonstration`` is the only expert.
     """
 
     task_source: Callable[..., Any]
@@ -60,6 +66,7 @@ class EnvironmentRuntime:
     metrics: Callable[[Sequence], dict]
     data_error: type[Exception]
     demonstration: Callable[[Any], list[tuple[str, str]]] | None = None
+    experts: dict[str, Callable[[Any, int], Any]] | None = None
 
 
 class TaskLists:

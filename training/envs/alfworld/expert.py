@@ -5,7 +5,8 @@ A supervised warm start (:mod:`training.sft`) needs responses in the interaction
 (:func:`training.envs.alfworld.game.expert_walkthrough`); the reasons are short texts filled in from the
 task and the plan by fixed templates (what is needed, where the agent goes and why), not written by a
 model. The planner knows where every object is, so its first ``go to`` leads straight to the object;
-the reason says the agent looks there.
+the reason says the agent looks there. This is the ``walkthrough`` expert of ALFWorld's runtime; the ``search``
+expert (:mod:`training.envs.alfworld.search`), which new warm starts use, looks for the objects instead.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Sequence
 
 from training.envs.alfworld.game import GameSpec, expert_walkthrough
 
-__all__ = ["demonstration", "expert_reasons", "item_class", "looked_at"]
+__all__ = ["demonstration", "expert_reasons", "item_class", "looked_at", "walkthrough_expert"]
 
 _TAKE = re.compile(r"^take (.+) from (.+)$")
 _PUT = re.compile(r"^(?:put (.+) (?:in/on|into|in|on) (.+)|move (.+) to (.+))$")
@@ -124,3 +125,9 @@ def demonstration(spec: GameSpec) -> list[tuple[str, str]]:
     """
     actions = expert_walkthrough(spec)
     return list(zip(actions, expert_reasons(spec.task, actions)))
+
+
+def walkthrough_expert(spec: GameSpec, seed: int = 0) -> list[tuple[str, str]]:
+    """The ``walkthrough`` expert of ALFWorld's runtime: :func:`demonstration` (the planner has no ties to break, so
+    ``seed`` changes nothing)."""
+    return demonstration(spec)
