@@ -1,10 +1,10 @@
 """``python -m training.sft [--config F] [key=value ...]``: a supervised warm start from expert demonstrations.
 
 Agents are warm-started by behaviour cloning before RL. The demonstrations are an expert's winning plays
-(ALFWorld: the planner's walkthrough with a templated reason per step,
-:mod:`training.envs.alfworld.expert`) played through the same rollout as the policy's
-(:func:`training.rollout.loop.rollout` with the expert answering), so every context is exactly the
-interaction prompt the policy acts on: same renderer, history window and prompt-length fitting. The
+(ALFWorld: an expert that searches the receptacles for what the task needs, with a templated reason per step,
+:mod:`training.envs.alfworld.search`; ``expert=walkthrough``: the planner's plan) played through the same
+rollout as the policy's (:func:`training.rollout.loop.rollout` with the expert answering), so every context is
+exactly the interaction prompt the policy acts on: same renderer, history window and prompt-length fitting. The
 target is the response ``<reason>...</reason><action>...</action>`` and the end-of-turn token; the loss is
 the mean negative log-likelihood of the response tokens (prompt tokens carry none). The settings and the run are
 :mod:`training.warm_start.sft`; this module is the command.

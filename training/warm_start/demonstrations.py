@@ -1,10 +1,13 @@
 """Expert demonstrations for a supervised warm start, played through the policy's own rollout.
 
-An environment runtime's ``demonstration(task) -> [(action, reason), ...]`` (ALFWorld:
-:func:`training.envs.alfworld.expert.demonstration`) answers each step of :func:`training.rollout.loop.rollout`
-instead of a model, so every demonstration context is exactly the interaction prompt the policy acts on.
-:func:`build_demonstrations` keeps them in ``run_dir/demonstrations/{train,valid}.parquet`` (token ids per
-step) with ``info.json`` (the settings that made them, the games, the counts).
+An expert of the environment's runtime answers each step of :func:`training.rollout.loop.rollout` instead of a
+model, so every demonstration context is exactly the interaction prompt the policy acts on. The ``expert`` setting
+names it where the runtime has several (ALFWorld: ``search``, :mod:`training.envs.alfworld.search`, which looks for
+the objects and reacts to each observation; ``walkthrough``, the planner's precomputed plan); else it is the
+runtime's ``demonstration``. An episode the expert does not win within ``max_steps`` (a search too long for the
+step cap, a task it gives up on) is left out and counted. :func:`build_demonstrations` keeps them in
+``run_dir/demonstrations/{train,valid}.parquet`` (token ids per step) with ``info.json`` (the settings that made
+them, the expert among them, the games, the counts).
 """
 
 from __future__ import annotations
@@ -19,12 +22,90 @@ from training.config import ConfigError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DEMO_DIR", "DEMO_KEYS", "build_demonstrations", "demonstration_rows", "expert_episodes", "response_ids"]
+__all__ = ["DEMO_DIR", "DEMO_KEYS", "build_demonstrations", "check_expert", "demonstration_rows", "expert_episodes",
+           "experts_of", "response_ids"]
 
 DEMO_DIR = "demonstrations"
 # the settings that decide the demonstrations (a change rebuilds them)
-DEMO_KEYS = ("env", "data", "n_train_games", "n_val_games", "train_split", "val_split", "seed", "model",
+DEMO_KEYS = ("env", "expert", "data", "n_train_games", "n_val_games", "train_split", "val_split", "seed", "model",
              "max_steps", "history_length", "max_prompt_length")
+GIVE_UP = ("look", "I look around.")
+"""What answers the steps after an expert has nothing left to do (the episode runs to the step cap, is not won and
+is left out)."""
+
+
+def experts_of(runtime, env: str, name: str, seed: int):
+    """``task -> expert`` for the demonstrations: the runtime's expert ``name`` (seeded with ``seed``) where it has
+    several, else its ``demonstration``.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``expert`` when the runtime has several experts and none is called ``name``, or ``env`` when it has
+        none.
+    """
+    if runtime.experts:
+        if name not in runtime.experts:
+            raise ConfigError(f"expert: {env} has no expert {name!r}; its experts: {', '.join(runtime.experts)}")
+        expert = runtime.experts[name]
+        return lambda task: expert(task, seed)
+    if runtime.demonstration is None:
+        raise ConfigError(f"env: {env!r} has no expert to demonstrate its tasks")
+    return runtime.demonstration
+
+
+def check_expert(env: str, name: str) -> None:
+    """Check the ``expert`` setting against the experts of ``env``'s runtime (nothing to check when the runtime
+    cannot be imported here: building the demonstrations reports that).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``expert`` when the runtime has several experts and none is called ``name``.
+    """
+    from ocsd.environments import RuntimeNotImplemented, get_environment
+
+    try:
+        runtime = get_environment(env).load_runtime()
+    except (ImportError, RuntimeNotImplemented):
+        return
+    if runtime.experts and name not in runtime.experts:
+        raise ConfigError(f"expert: {env} has no expert {name!r}; its experts: {', '.join(runtime.experts)}")
+
+
+class _Scripted:
+    """A precomputed play as an expert: its steps in order, whatever it is shown."""
+
+    def __init__(self, play) -> None:
+        self._steps = iter(list(play))
+
+    def act(self, observation: str, admissible) -> tuple[str, str] | None:
+        return next(self._steps, None)
+
+
+def _reacting(expert):
+    """An expert with ``act``: ``expert`` itself, or a precomputed play as one."""
+    return expert if hasattr(expert, "act") else _Scripted(expert)
+
+
+class _Watched:
+    """A batched environment that keeps what each of its environments showed last (text, admissible commands)."""
+
+    def __init__(self, env) -> None:
+        self.env = env
+        self.shown: list[tuple[str, list[str]]] = []
+
+    def reset(self):
+        observations = self.env.reset()
+        self.shown = [(o.text, list(o.admissible)) for o in observations]
+        return observations
+
+    def step(self, actions: list[str]):
+        results = self.env.step(actions)
+        for i, (action, result) in enumerate(zip(actions, results)):
+            if action:
+                self.shown[i] = (result.obs, list(result.admissible))
+        return results
 
 
 def response_ids(tokenizer, action: str, reason: str) -> list[int]:
@@ -35,13 +116,16 @@ def response_ids(tokenizer, action: str, reason: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False)) + [stop_ids(tokenizer)[0]]
 
 
-def expert_episodes(source, specs: Sequence, demonstration, tokenizer, renderer, *, env: str, max_steps: int,
+def expert_episodes(source, specs: Sequence, expert, tokenizer, renderer, *, env: str, max_steps: int,
                     history_length: int, max_prompt_length: int, workers: int = 0, chunk: int = 32,
                     progress: bool = True):
     """Play every task of ``specs`` with the expert answering through :func:`training.rollout.loop.rollout`.
 
-    Returns the trajectories (one per task); a task whose demonstration does not win is still returned
-    (``won`` False), and the caller decides.
+    ``expert(task)`` gives a precomputed play ``[(action, reason), ...]`` or an expert whose ``act(observation,
+    admissible) -> (action, reason) | None`` is called with each observation of the episode as the environment
+    shows it (see :class:`training.envs.runtime.EnvironmentRuntime`). Once it has nothing left to do, the steps
+    are answered with :data:`GIVE_UP` until the step cap. Returns the trajectories (one per task); a task whose
+    demonstration does not win is still returned (``won`` False), and the caller decides.
     """
     from tqdm.auto import tqdm
 
@@ -51,27 +135,19 @@ def expert_episodes(source, specs: Sequence, demonstration, tokenizer, renderer,
     bar = tqdm(total=len(specs), desc="demonstrations", unit="game", disable=not progress)
     for start in range(0, len(specs), chunk):
         part = list(specs[start:start + chunk])
-        plays = [demonstration(spec) for spec in part]
-        answers = [[response_ids(tokenizer, a, r) for a, r in play] for play in plays]
-        taken = [0] * len(part)
+        experts = [_reacting(expert(spec)) for spec in part]
+        envs = _Watched(source.make_env(part, max_steps=max_steps, workers=workers, seed=0))
 
-        def respond(active: list[int], prompts: list[list[int]]) -> list[list[int]]:
-            out = []
-            for i in active:
-                k = taken[i]
-                taken[i] += 1
-                # a play that ran out without a win answers "look" until the step cap; it is not kept
-                out.append(answers[i][k] if k < len(answers[i]) else response_ids(tokenizer, "look", "I look around."))
-            return out
+        def respond(active: list[int], prompts: list[list[int]], experts=experts, envs=envs) -> list[list[int]]:
+            return [response_ids(tokenizer, *(experts[i].act(*envs.shown[i]) or GIVE_UP)) for i in active]
 
-        envs = source.make_env(part, max_steps=max_steps, workers=workers, seed=0)
         try:
             tasks = [{"uid": f"demo{start + i}", "group_uid": f"demo{start + i}"} for i in range(len(part))]
             trajs += rollout(None, tokenizer, renderer, envs, tasks, env_name=env, history_length=history_length,
                              max_prompt_length=max_prompt_length, settings=GenerationSettings(), progress=False,
                              respond=respond)
         finally:
-            envs.close()
+            envs.env.close()
         bar.update(len(part))
     bar.close()
     return trajs
@@ -95,7 +171,7 @@ def build_demonstrations(cfg, tokenizer, renderer) -> dict[str, "pd.DataFrame"]:
     Raises
     ------
     ConfigError
-        When the environment's runtime has no expert, or no demonstration wins.
+        When the environment's runtime has no expert (or none called ``expert``), or no demonstration wins.
     """
     import pandas as pd
 
@@ -107,23 +183,22 @@ def build_demonstrations(cfg, tokenizer, renderer) -> dict[str, "pd.DataFrame"]:
     from ocsd.environments import get_environment
 
     runtime = get_environment(cfg.env).load_runtime()
-    if runtime.demonstration is None:
-        raise ConfigError(f"env: {cfg.env!r} has no expert to demonstrate its tasks")
+    expert = experts_of(runtime, cfg.env, cfg.expert, cfg.seed)
     source = runtime.task_source(cfg)
     tables, counts = {}, {}
     for split, specs in (("train", source.train[:cfg.n_train_games]), ("valid", source.valid[:cfg.n_val_games])):
-        trajs = expert_episodes(source, specs, runtime.demonstration, tokenizer, renderer, env=cfg.env,
+        trajs = expert_episodes(source, specs, expert, tokenizer, renderer, env=cfg.env,
                                 max_steps=cfg.max_steps, history_length=cfg.history_length,
                                 max_prompt_length=cfg.max_prompt_length, workers=cfg.env_workers,
                                 progress=cfg.progress)
         lost = [t.game for t in trajs if not t.won]
         if lost:
-            print(f"warning: {len(lost)} {split} demonstration(s) did not win and are left out "
-                  f"(first: {lost[0]})", file=sys.stderr)
+            print(f"warning: {len(lost)} of {len(trajs)} {split} demonstration(s) by the {cfg.expert} expert did not "
+                  f"win within max_steps={cfg.max_steps} and are left out (first: {lost[0]})", file=sys.stderr)
         tables[split] = demonstration_rows(trajs)
         if tables[split].empty:
             raise ConfigError(f"no {split} demonstration won; nothing to learn from")
-        counts[split] = {"games": len(trajs) - len(lost), "steps": len(tables[split]),
+        counts[split] = {"games": len(trajs) - len(lost), "left_out": len(lost), "steps": len(tables[split]),
                          "response_tokens": int(tables[split].response_ids.map(len).sum())}
     folder.mkdir(parents=True, exist_ok=True)
     for split, table in tables.items():

@@ -1,10 +1,11 @@
 """A supervised warm start from expert demonstrations: the settings, the loss and the run (``python -m training.sft``).
 
-The demonstrations are an expert's winning plays (ALFWorld: the planner's walkthrough with a templated reason per
-step, :mod:`training.envs.alfworld.expert`) played through the same rollout as the policy's
-(:mod:`training.warm_start.demonstrations`). The target is the response ``<reason>...</reason><action>...</action>``
-and the end-of-turn token; the loss is the mean negative log-likelihood of the response tokens (prompt tokens carry
-none). :class:`SFTRun` owns the run folder (layout: :mod:`training.sft`) and fits the model.
+The demonstrations are an expert's winning plays (ALFWorld: by default the ``search`` expert, which looks through
+receptacles until it finds what the task needs, :mod:`training.envs.alfworld.search`; the ``expert`` setting
+chooses) played through the same rollout as the policy's (:mod:`training.warm_start.demonstrations`). The target
+is the response ``<reason>...</reason><action>...</action>`` and the end-of-turn token; the loss is the mean negative
+log-likelihood of the response tokens (prompt tokens carry none). :class:`SFTRun` owns the run folder (layout:
+:mod:`training.sft`) and fits the model.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 
 from training.config import (COUNT, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, ConfigError, Range, check_common,
                              check_ranges, data_root_of, setting)
-from training.warm_start.demonstrations import DEMO_DIR, build_demonstrations
+from training.warm_start.demonstrations import DEMO_DIR, build_demonstrations, check_expert
 
 __all__ = ["RESUMABLE", "SFT_ENVIRONMENTS", "SFT_FILE", "SFTConfig", "SFTRun", "hardware", "lr_at", "sft_step",
            "source_version"]
@@ -51,6 +52,9 @@ class SFTConfig:
     lora_rank: int = setting("LoRA rank via peft (0: full fine-tuning)", 8, NON_NEGATIVE_INT)
     lora_alpha: int = setting("LoRA alpha", 16, COUNT)
     env: str = setting("environment name (its runtime must have an expert)", "alfworld")
+    expert: str = setting("the expert whose plays are the demonstrations, where the environment has several (ALFWorld: "
+                          "'search' looks through receptacles in a plausible order until it finds what the task needs; "
+                          "'walkthrough' is the planner's plan, which knows where everything is)", "search")
     data: str | None = setting("where games come from: a real ALFWorld data folder or 'generated' (into games_dir); "
                                "unset: $ALFWORLD_DATA", None)
     games_dir: str = setting("where generated games are kept", "checkpoints/sft_games")
@@ -87,6 +91,7 @@ class SFTConfig:
                               f"(an expert, and tasks its settings describe); {self.env}'s tasks need settings it "
                               f"has no key for")
         check_ranges(self)
+        check_expert(self.env, self.expert)
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ConfigError(f"dtype={self.dtype!r}: must be float32, bfloat16 or float16")
         check_common(self)
