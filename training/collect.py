@@ -411,12 +411,12 @@ def _collect(args, source: ModelSource, out: Path, views, cfg) -> int:
     from ocsd.records import RunWriter
 
     start = time.perf_counter()
-    print(task_types_note(source, cfg), file=sys.stderr)
     try:
         games = collection_games(cfg)
     except get_environment(cfg.env).load_runtime().data_error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    print(task_types_note(source, cfg), file=sys.stderr)
     from training.policy import Policy
 
     policy = Policy(cfg, games)

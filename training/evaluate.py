@@ -280,7 +280,6 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(task_types_note(source, cfg), file=sys.stderr)
 
     try:
         games, origin = runtime.evaluation_tasks(cfg, args.split, args.tasks)
@@ -290,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if not games.valid:
         print(f"error: no evaluation tasks found ({origin})", file=sys.stderr)
         return 2
+    print(task_types_note(source, cfg), file=sys.stderr)
     from training.policy import Policy
 
     runner = Policy(cfg, games)

@@ -29,6 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
+    from ocsd.cli import folder_problem
+
+    problem = folder_problem(cfg.run_dir, write=True)  # before any work: the tasks are loaded (or made) next
+    if problem:
+        print(f"error: run_dir={cfg.run_dir!r}: {problem}; nothing was written", file=sys.stderr)
+        return 2
     from ocsd.records import RecordError, RunInUseError
     from ocsd.replay.models import ModelNotFoundError
     from training.trainer import RunFolderError, Trainer, TrainingError

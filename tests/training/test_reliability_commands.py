@@ -83,6 +83,7 @@ def test_sweep_leaves_the_log_of_a_cell_still_running_alone(tmp_path, alfworld_g
 
 @pytest.mark.parametrize("overwrite", ["false", "true"])
 def test_train_refuses_a_run_dir_that_cannot_be_written(unwritable, tiny_overrides, overwrite, no_work, capsys):
+    capsys.readouterr()  # what the fixtures printed while they were set up
     from training.train import main
 
     run_dir = unwritable / "run"
@@ -92,6 +93,7 @@ def test_train_refuses_a_run_dir_that_cannot_be_written(unwritable, tiny_overrid
 
 @needs_permissions
 def test_train_overwrite_refuses_a_read_only_run(tmp_path, tiny_overrides, no_work, capsys):
+    capsys.readouterr()  # what the fixtures printed while they were set up
     from training.train import main
 
     run = tmp_path / "run"
@@ -107,6 +109,7 @@ def test_train_overwrite_refuses_a_read_only_run(tmp_path, tiny_overrides, no_wo
 
 
 def test_evaluate_refuses_an_out_file_that_cannot_be_written(unwritable, tiny_overrides, no_work, capsys):
+    capsys.readouterr()  # what the fixtures printed while they were set up
     from training.evaluate import main
 
     assert main(["--ckpt", "tiny", "--tasks", "1", "--out-file", str(unwritable / "eval.json"), *tiny_overrides]) == 2
@@ -115,6 +118,7 @@ def test_evaluate_refuses_an_out_file_that_cannot_be_written(unwritable, tiny_ov
 
 @needs_permissions
 def test_evaluate_out_next_to_a_read_only_checkpoint(tiny_checkpoint, tiny_overrides, no_work, capsys):
+    capsys.readouterr()  # what the fixtures printed while they were set up
     from training.evaluate import main
 
     tiny_checkpoint.chmod(0o555)
@@ -127,6 +131,7 @@ def test_evaluate_out_next_to_a_read_only_checkpoint(tiny_checkpoint, tiny_overr
 
 def test_collect_sft_and_sweep_refuse_outputs_that_cannot_be_written(unwritable, tmp_path, tiny_overrides,
                                                                    alfworld_games, no_work, capsys):
+    capsys.readouterr()  # what the fixtures printed while they were set up
     from training.collect import main as collect
     from training.sft import main as sft
     from training.sweep import main as sweep
@@ -169,6 +174,7 @@ def smollm2_labelled_run(tmp_path, make_tiny_model) -> Path:
 
 def test_warm_start_of_another_base_model_is_refused(tiny_checkpoint, smollm2_labelled_run, tiny_overrides,
                                                      no_work, capsys):
+    capsys.readouterr()  # what the fixtures printed while they were set up
     from training.config import ConfigError, make_config
     from training.train import main
 
@@ -247,6 +253,7 @@ def test_evaluate_and_collect_play_the_runs_task_types(look_checkpoint, tmp_path
 
 
 def test_evaluate_refuses_a_temperature_for_greedy_decoding(tiny_overrides, no_work, capsys):
+    capsys.readouterr()  # what the fixtures printed while they were set up
     from training.evaluate import main
 
     assert main(["--ckpt", "tiny", "--greedy", "--temperature", "0.7", *tiny_overrides]) == 2
@@ -268,6 +275,7 @@ def test_greedy_evaluation_records_no_temperature(tiny_overrides, capsys):
     (["rollout_engine=vllm", "env_workers=0"], "rollout_engine=vllm and env_workers=0"),
 ])
 def test_rollout_pipeline_without_its_engine_and_workers_is_refused(settings, named, tiny_overrides, capsys):
+    capsys.readouterr()  # what the fixtures printed while they were set up
     from training.config import ConfigError, make_config
     from training.train import main
 
@@ -290,6 +298,7 @@ def sft_run(tmp_path_factory, alfworld_games, smollm2_tokenizer) -> Path:
 
 
 def test_sft_out_is_refused_where_it_would_be_lost_or_harm_the_run(sft_run, tmp_path, alfworld_games, capsys):
+    capsys.readouterr()  # what the fixtures printed while they were set up
     from training.sft import main
 
     before = sorted(p.relative_to(sft_run) for p in sft_run.rglob("*"))
@@ -312,6 +321,7 @@ def test_sft_out_is_refused_where_it_would_be_lost_or_harm_the_run(sft_run, tmp_
 
 @pytest.mark.parametrize("env", ["webshop", "searchqa"])
 def test_sft_in_an_environment_it_cannot_serve_is_one_line(env, tmp_path, capsys):
+    capsys.readouterr()  # what the fixtures printed while they were set up
     from training.sft import main
 
     assert main(["model=tiny", "data=generated", f"env={env}", f"run_dir={tmp_path / 'run'}"]) == 2
