@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         print(describe(SFTConfig))
         return 0
     if args.out and not args.export:
-        print(f"error: --out is where --export writes an adapter; without --export it has no use (a warm start "
-              f"is written to its run_dir=...): add --export RUN_OR_CKPT, or leave --out out", file=sys.stderr)
+        print("error: --out is where --export writes an adapter; without --export it has no use (a warm start "
+              "is written to its run_dir=...): add --export RUN_OR_CKPT, or leave --out out", file=sys.stderr)
         return 2
     if args.export:
         from training.warm_start import WarmStartError

@@ -41,8 +41,6 @@ def unwritable(tmp_path) -> Path:
 @pytest.fixture()
 def no_work(monkeypatch):
     """Fail a test whose command loads a policy: its refusal must come before any work."""
-    import training.trainer
-
     def refuse(*args, **kwargs):
         raise AssertionError("a policy was loaded")
 
