@@ -160,8 +160,37 @@ def evaluate(runner, games, *, global_step: int, spec: EnvironmentSpec, runtime,
         raise ValueError(f"environment {spec.name!r}: the runtime's metrics lack {missing}")
     won = np.array([[float(bool(t.won)) for t in run] for run in runs]).T  # (tasks, repeats)
     ci = task_bootstrap(won, n_boot=BOOTSTRAP_SAMPLES, level=CI_LEVEL, rng=sampling.seed)
+    episodes = task_outcomes(runs)
+    for name, (low, high) in type_intervals(episodes, seed=sampling.seed).items():
+        if name in out.get("per_type", {}):
+            out["per_type"][name].update(ci_low=low, ci_high=high)
     out.update(tasks=len(specs), repeats=repeats, ci_low=ci.low, ci_high=ci.high, ci_level=CI_LEVEL,
-               time_s=time.perf_counter() - start, episodes=task_outcomes(runs))
+               time_s=time.perf_counter() - start, episodes=episodes)
+    return out
+
+
+def type_intervals(episodes: list[dict], *, seed: int = 0) -> dict[str, tuple[float, float]]:
+    """The bootstrap interval of the success of each task type, resampling that type's tasks.
+
+    Parameters
+    ----------
+    episodes : list of dict
+        :func:`task_outcomes`: per task its ``task_type`` and the ``won`` flag of each repeat.
+    seed : int, default 0
+        Seed of the resampling (one generator per type, so a type's interval does not depend on the others).
+
+    Returns
+    -------
+    dict
+        ``{task_type: (low, high)}`` at :data:`CI_LEVEL`, types in sorted order.
+    """
+    from diagnostics.runs import task_bootstrap
+
+    out = {}
+    for name in sorted({e["task_type"] for e in episodes}):
+        won = np.array([[float(w) for w in e["won"]] for e in episodes if e["task_type"] == name])
+        ci = task_bootstrap(won, n_boot=BOOTSTRAP_SAMPLES, level=CI_LEVEL, rng=seed)
+        out[name] = (ci.low, ci.high)
     return out
 
 
@@ -174,17 +203,23 @@ def task_outcomes(runs: list[list]) -> list[dict]:
 
 def format_table(result: dict) -> str:
     """Success per task type and overall as an aligned text table, with the sampling and the interval."""
-    rows = [(name, row["n"], row["successes"], row["success_rate"]) for name, row in result["per_type"].items()]
-    rows.append(("overall", result["n"], result["successes"], result["success_rate"]))
+    rows = [(name, row["n"], row["successes"], row["success_rate"], _interval(row))
+            for name, row in result["per_type"].items()]
+    rows.append(("overall", result["n"], result["successes"], result["success_rate"], _interval(result)))
     width = max(len("task type"), *(len(r[0]) for r in rows))
     sampling = EvalSampling(result["do_sample"], result["temperature"], result["top_p"], result["sample_seed"])
     lines = [f"{result['model']} (global step {result['global_step']}), {result['env']} {result['tasks_from']}, "
              f"{sampling}, at most {result['max_steps']} steps, {result['repeats']} episode(s) per task",
-             f"{'task type':<{width}}  {'runs':>5}  {'won':>5}  {'success':>7}"]
-    lines += [f"{name:<{width}}  {n:>5}  {won:>5}  {rate:>7.3f}" for name, n, won, rate in rows]
+             f"{'task type':<{width}}  {'runs':>5}  {'won':>5}  {'success':>7}  {result['ci_level']:.0%} interval"]
+    lines += [f"{name:<{width}}  {n:>5}  {won:>5}  {rate:>7.3f}  {ci}" for name, n, won, rate, ci in rows]
     lines.append(f"{result['ci_level']:.0%} bootstrap interval over {result['tasks']} tasks: "
                  f"[{result['ci_low']:.3f}, {result['ci_high']:.3f}]")
     return "\n".join(lines)
+
+
+def _interval(row: dict) -> str:
+    """``[low, high]`` of a result row, or "" for a row without one (results written before types had one)."""
+    return f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]" if "ci_low" in row else ""
 
 
 def _out_path(out: bool, out_file: str | None, checkpoint: Path | None) -> Path | None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from diagnostics.runs import task_bootstrap
 from training.envs.runtime import EnvironmentRuntime, success_metrics
-from training.evaluate import BOOTSTRAP_SAMPLES, CI_LEVEL, EvalSampling, evaluate, main
+from training.evaluate import BOOTSTRAP_SAMPLES, CI_LEVEL, EvalSampling, evaluate, format_table, main
 from training.rollout.loop import StepSample, Trajectory
 
 pytestmark = pytest.mark.usefixtures("no_user_data")
@@ -235,6 +235,12 @@ def test_evaluate_bootstraps_tasks_over_repeats(monkeypatch):
     assert out["per_type"]["pick"]["n"] == 6 and out["per_type"]["pick"]["successes"] == 4
     assert out["episodes"] == [{"task": f"g{i}", "task_type": t, "won": won[i].tolist()}
                                for i, t in enumerate(games.valid)]
+    for name in ("pick", "heat", "look"):  # each type's interval resamples that type's tasks only
+        rows = [i for i, t in enumerate(games.valid) if t == name]
+        ref = task_bootstrap(won[rows].astype(float), n_boot=BOOTSTRAP_SAMPLES, level=CI_LEVEL, rng=4)
+        assert (out["per_type"][name]["ci_low"], out["per_type"][name]["ci_high"]) == (ref.low, ref.high)
+    assert "[" in format_table({**out, "model": "m", "global_step": 0, "env": "alfworld", "tasks_from": "x",
+                                "max_steps": 50, **sampling.describe()}).splitlines()[2]
 
 
 def test_repeats_must_be_positive(capsys):
