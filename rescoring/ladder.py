@@ -43,7 +43,7 @@ from diagnostics.options import add_bootstrap_options
 from diagnostics.stats import DegenerateInputWarning
 from ocsd.cli import emit, fmt, format_table, output_folder, positive_int, write_json
 from ocsd.records import checkpoint_dirs, read_run_info
-from rescoring.rescore import check_bootstrap, parse_steps, rescoring_entry_point
+from rescoring.rescore import check_bootstrap, check_weights_flags, parse_steps, rescoring_entry_point
 from rescoring.rescore_run import rescore_run
 from rescoring.swap import swap_analysis, swap_auroc, swap_drop, write_outputs
 
@@ -225,6 +225,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
+    check_weights_flags(args)
     check_bootstrap(args)
     result = ladder(args.run, args.model, args.out, ckpt_steps=parse_steps(args.ckpt_steps), device=args.device,
                     dtype=args.dtype, swap=not args.no_swap, donors=args.donors, per_category=args.per_category,

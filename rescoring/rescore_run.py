@@ -47,8 +47,8 @@ from ocsd.cli import emit, format_table, output_folder, positive_int, write_json
 from ocsd.records import RecordError, read_run_info, write_replay
 from ocsd.replay.stored import stored_records
 from ocsd.replay.views import StepRecord, get_view
-from rescoring.rescore import (Checkpoint, Rescorer, parse_steps, rescoring_entry_point, run_checkpoints, run_settings,
-                               scoring_device)
+from rescoring.rescore import (Checkpoint, Rescorer, check_weights_flags, parse_steps, rescoring_entry_point,
+                               run_checkpoints, run_settings, scoring_device)
 from training.replay import token_pieces
 
 __all__ = ["END_OF_TURN", "Retokenizer", "rescore_checkpoint", "rescore_run", "main"]
@@ -253,6 +253,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
+    check_weights_flags(args)
     result = rescore_run(args.run, args.model, args.out, ckpt_steps=parse_steps(args.ckpt_steps),
                          device=args.device, dtype=args.dtype, source_tokenizer=args.source_tokenizer,
                          max_steps=args.max_steps, progress=not args.no_progress and not args.json)

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from rescoring import audit as audit_mod
+from rescoring import ladder as ladder_mod
+from rescoring import rescore_run as rescore_run_mod
 from rescoring import swap as swap_mod
 
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -25,16 +27,19 @@ def no_model(monkeypatch):
 
 
 COMMANDS = {"swap": (swap_mod.main, []), "audit": (audit_mod.main, ["--view", "one_obs", "--no-swap"])}
+# the commands that load a scorer of their own take the same two flags
+WEIGHTS_COMMANDS = {**COMMANDS, "ladder": (ladder_mod.main, ["--model", "tiny"]),
+                    "rescore_run": (rescore_run_mod.main, ["--model", "tiny"])}
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("command", sorted(WEIGHTS_COMMANDS))
 @pytest.mark.parametrize("flags, message", [
     (["--device", "banana"], "error: --device banana: must be 'cpu', 'cuda' or 'cuda:N'"),
     (["--dtype", "int8"], "error: --dtype: unknown dtype 'int8'"),
 ])
 def test_bad_device_or_dtype_is_one_line_before_any_model(frozen_run, command, flags, message, no_model, tmp_path,
                                                           capsys):
-    main, extra = COMMANDS[command]
+    main, extra = WEIGHTS_COMMANDS[command]
     assert main(["--run", str(frozen_run), "--no-progress", "--out", str(tmp_path / "out"), *extra, *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1
