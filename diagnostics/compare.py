@@ -70,12 +70,14 @@ def _read(path: str) -> dict:
 
 PROTOCOL = ("env", "split", "max_steps", "max_response_length", "greedy", "temperature", "top_p")
 """Settings of an evaluation (``training.evaluate``'s JSON) that two paired evaluations must share."""
+SAMPLING = ("temperature", "top_p")
+"""The fields of :data:`PROTOCOL` that only sampled evaluations use: greedy ones may differ in them."""
 
 
 def check_pairing(files: Sequence[str], results: Sequence[Mapping]) -> None:
     """Refuse inputs that would be reported as paired results without being two evaluations of one protocol: a
     file named twice, two files with the same content (a pair repeated, or one evaluation copied), and evaluations
-    whose protocol settings (:data:`PROTOCOL`) differ.
+    whose protocol settings (:data:`PROTOCOL`) differ (greedy evaluations in everything but :data:`SAMPLING`).
 
     Raises
     ------
@@ -95,7 +97,10 @@ def check_pairing(files: Sequence[str], results: Sequence[Mapping]) -> None:
             raise UsageError(f"{f} and {contents[data]} are the same evaluation (identical files): a pair repeated "
                              f"would count as another seed")
         contents[data] = f
+    greedy = all(r.get("greedy") is True for r in results)
     for field in PROTOCOL:
+        if greedy and field in SAMPLING:
+            continue  # greedy decoding uses neither (older results recorded the unused values)
         values = {f: r.get(field) for f, r in zip(files, results)}
         if len({json.dumps(v) for v in values.values()}) > 1:
             listed = ", ".join(f"{f}: {json.dumps(v)}" for f, v in values.items())

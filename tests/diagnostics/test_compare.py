@@ -198,3 +198,18 @@ def test_inputs_that_are_not_paired_evaluations_are_refused(seeds, tmp_path, cap
     (tmp_path / "b2.json").write_text(json.dumps({**b[1], "split": "valid_unseen", "max_steps": 50}))
     assert main(list(paths.values()) + ["--n-boot", "50"]) == 2
     assert "differ in 'split'" in capsys.readouterr().err
+
+
+def test_greedy_evaluations_pair_whatever_temperature_they_recorded(seeds, tmp_path, capsys):
+    """Greedy evaluations record no temperature now (null) and recorded the unused 0.4 before: they still pair, while
+    sampled evaluations at two temperatures do not."""
+    a, b = seeds
+    old = {**a[0], "greedy": True, "temperature": 0.4, "top_p": 1.0}
+    new = {**b[0], "greedy": True, "temperature": None, "top_p": None}
+    for name, ev in (("old", old), ("new", new)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(ev))
+    assert main([str(tmp_path / "old.json"), str(tmp_path / "new.json"), "--n-boot", "50"]) == 0
+    capsys.readouterr()
+    (tmp_path / "new.json").write_text(json.dumps({**new, "greedy": False, "temperature": 0.7, "top_p": 1.0}))
+    assert main([str(tmp_path / "old.json"), str(tmp_path / "new.json"), "--n-boot", "50"]) == 2
+    assert "differ in 'greedy'" in capsys.readouterr().err
