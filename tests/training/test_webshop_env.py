@@ -199,10 +199,10 @@ def test_search_scores_are_lucene_bm25(query):
     import numpy as np
 
     bm25s = pytest.importorskip("bm25s")
-    from training.envs.webshop.site import BM25_B, BM25_K1, _tokens
+    from training.envs.webshop.site import BM25_B, BM25_K1, _tokens, product_document
 
     shop = Shop(generate_catalogue(0)[:300])
-    docs = [_tokens(" ".join((p.title, p.query, *p.attributes, *p.bullets))) for p in shop.products]
+    docs = [_tokens(product_document(p)) for p in shop.products]
     reference = bm25s.BM25(method="lucene", k1=BM25_K1, b=BM25_B)
     reference.index(docs, show_progress=False)
     want = reference.get_scores(_tokens(query)) * (BM25_K1 + 1)

@@ -15,8 +15,11 @@ instruction, each in single quotes (:func:`agent_observation`), and the admissib
 clickable (:func:`admissible_actions`). As in WebShop's text environment, ``click[search]`` is listed (the
 search button is a button) but has no effect.
 
-Search ranks products by BM25 over their title, search query, attributes and bullet points with Lucene's
-default parameters (k1 = 0.9, b = 0.4), as WebShop's Pyserini index does over its product texts.
+Search ranks products by BM25 over the text WebShop indexes for each product (:func:`product_document`: the
+title, the description, the first bullet point and the options) with Lucene's default parameters (k1 = 0.9,
+b = 0.4), as WebShop's Pyserini index does. The product type (search query), the other bullet points and the
+hidden attribute list are not searched, as in WebShop. The tokens are lower-case runs of letters and digits,
+without the stemming and stop words of Lucene's English analyzer.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from training.envs.webshop.catalog import Goal, Product
 from training.envs.webshop.reward import RewardParts, purchase_reward
 
 __all__ = ["PAGE_SIZE", "PageState", "PageView", "SEARCH_RETURN_N", "Shop", "admissible_actions",
-           "agent_observation", "page_text", "parse_action", "render", "transition"]
+           "agent_observation", "page_text", "parse_action", "product_document", "render", "transition"]
 
 SEARCH_RETURN_N = 50
 """Hits a search returns (SDAR .../web_agent_site/engine/engine.py:28)."""
@@ -56,6 +59,15 @@ def _tokens(text: str) -> list[str]:
     return _TOKEN.findall(text.lower())
 
 
+def product_document(product: Product) -> str:
+    """The text search finds a product by, as WebShop indexes it: title, description, first bullet point and the
+    options as ``name: value, value, and name: value``, joined by spaces, lower case (SDAR agent_system/
+    environments/env_package/webshop/webshop/search_engine/convert_product_file_format.py:14-28)."""
+    options = ", and ".join(f"{name}: {', '.join(values)}" for name, values in product.options)
+    return " ".join((product.title, product.description, product.bullets[0] if product.bullets else "",
+                     options)).lower()
+
+
 class Shop:
     """A catalogue with its search index.
 
@@ -70,7 +82,7 @@ class Shop:
         self.by_asin = {p.asin: p for p in self.products}
         if len(self.by_asin) != len(self.products):
             raise ValueError("Shop: product ASINs must be unique")
-        docs = [Counter(_tokens(" ".join((p.title, p.query, *p.attributes, *p.bullets)))) for p in self.products]
+        docs = [Counter(_tokens(product_document(p))) for p in self.products]
         self._length = np.array([sum(d.values()) for d in docs], dtype=float)
         self._avg = float(self._length.mean()) if len(docs) else 1.0
         postings: dict[str, tuple[list[int], list[int]]] = {}
