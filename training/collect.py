@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ocsd.cli import UsageError, positive_int
+from ocsd.cli import InputError, UsageError, positive_int
 
 BASE_MODELS = ("smollm2", "tiny")
 ROLLOUT_KEYS = ("env", "reward_mode", "history_length", "max_prompt_length", "max_response_length", "max_steps",
@@ -406,16 +406,10 @@ def _plan(args):
     return source, out, views, cfg
 
 
-def _collect(args, source: ModelSource, out: Path, views, cfg) -> int:
-    from ocsd.environments import get_environment
+def _collect(args, source: ModelSource, out: Path, views, cfg, games) -> int:
     from ocsd.records import RunWriter
 
     start = time.perf_counter()
-    try:
-        games = collection_games(cfg)
-    except get_environment(cfg.env).load_runtime().data_error as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     print(task_types_note(source, cfg), file=sys.stderr)
     from training.policy import Policy
 
@@ -451,10 +445,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         source, out, views, cfg = _plan(args)
+        games = collection_games(cfg)  # before the lock makes --out: unusable task data leaves no folder behind
         with RunLock(out):  # one writer: refused while another command writes the folder
             check_out_folder(out, source.global_step)
-            return _collect(args, source, out, views, cfg)
-    except (UsageError, ConfigError, RunInUseError, ModelNotFoundError) as exc:
+            return _collect(args, source, out, views, cfg, games)
+    except (UsageError, ConfigError, RunInUseError, ModelNotFoundError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

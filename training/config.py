@@ -146,16 +146,23 @@ class TrainConfig:
     # third_party/skyrl_gym/tools/search.py:15,23)
     retrieval_urls: str | None = _doc("Search-QA: comma-separated retrieval server URLs (Search-R1 protocol, POST "
                                       "/retrieve), used in turn; unset: the built-in BM25 server", None)
+    retrieval_corpus: str | None = _doc("Search-QA without retrieval_urls: the built-in BM25 server's corpus, 'wiki' "
+                                        "(Wikipedia lead summaries) or 'hotpotqa' (the questions' own paragraphs); "
+                                        "a data folder needs it or retrieval_urls; data=generated searches wiki",
+                                        None)
     retrieval_topk: int = _doc("Search-QA: passages returned per search", 3, COUNT)
     retrieval_timeout: float = _doc("Search-QA: seconds to wait for a retrieval server", 30.0, POSITIVE)
     webshop_url: str | None = _doc("WebShop: URL of a WebShop server (web_agent_site); unset: the built-in offline "
                                    "shop", None)
+    webshop_goals: str | None = _doc("WebShop with webshop_url: the goals the server holds, 'synthetic' (SDAR's "
+                                     "protocol) or 'human' (WebShop's own app); required there", None)
     # SDAR verl/trainer/ppo/ray_trainer.py:200-217 (penalty on the step's own sample) and core_algos.py:113-174
     reward_mode: str = _doc("'sdar': each step scores 10*won minus its own invalid-action penalty, GRPO over "
                             "the group's step samples (SDAR's runs); 'trajectory': won minus every penalty of "
                             "the trajectory, GRPO over trajectories", "sdar")
-    invalid_action_penalty: float = _doc("reward penalty per step whose output has no well-formed action", 0.1,
-                                         NON_NEGATIVE)
+    invalid_action_penalty: float | None = _doc("reward penalty per step whose output has no well-formed action; "
+                                                "unset: the environment's, SDAR's (ALFWorld and WebShop 0.1, "
+                                                "Search-QA 0.01)", None, NON_NEGATIVE)
     # rollout
     batch_size: int = _doc("tasks per training step (B)", 16, COUNT)
     group_size: int = _doc("rollouts per task (G)", 8, COUNT)
@@ -241,6 +248,8 @@ class TrainConfig:
             raise ConfigError(f"env: {exc}") from None
         if self.max_steps is None:  # the environment's step cap (frozen dataclass: set once, here)
             object.__setattr__(self, "max_steps", get_environment(self.env).max_steps)
+        if self.invalid_action_penalty is None:  # the environment's (SDAR's) penalty
+            object.__setattr__(self, "invalid_action_penalty", get_environment(self.env).invalid_action_penalty)
         check_ranges(self)
         known = get_environment(self.env).task_types
         unknown = [kind for kind in task_type_list(self.task_types) or () if kind not in known]
@@ -511,7 +520,7 @@ def read_config_file(path: str | os.PathLike) -> dict:
 def load_config(path: str | os.PathLike | None, overrides: Sequence[str] = (), *, cls: type | None = None):
     """Read a YAML config (or defaults when ``path`` is None) and apply ``key=value`` overrides.
 
-    The config of a run must name its games: ``data`` (a folder or ``generated``) or ``$ALFWORLD_DATA``;
+    An ALFWorld run must name its games: ``data`` (a folder or ``generated``) or ``$ALFWORLD_DATA``;
     without either this raises :class:`ConfigError` naming ``data``. ``cls`` is the config dataclass
     (default :class:`TrainConfig`).
     """
@@ -522,7 +531,8 @@ def load_config(path: str | os.PathLike | None, overrides: Sequence[str] = (), *
     # values are checked once, overrides applied: a file's device=cuda may be overridden on a CPU machine
     values.update(parse_overrides(overrides))
     cfg = make_config(values, source="command line", cls=cls)
-    _ = cfg.data_root  # raises ConfigError(NO_DATA) when no games are named
+    if cfg.env == "alfworld":  # the other environments' task sources name data (or webshop_url) themselves
+        _ = cfg.data_root  # raises ConfigError(NO_DATA) when no games are named
     return cfg
 
 

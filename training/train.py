@@ -35,16 +35,20 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"error: run_dir={cfg.run_dir!r}: {problem}; nothing was written", file=sys.stderr)
         return 2
-    from ocsd.records import RecordError, RunInUseError
+    from ocsd.cli import InputError
+    from ocsd.environments import get_environment
+    from ocsd.records import RunInUseError
     from ocsd.replay.models import ModelNotFoundError
     from training.trainer import RunFolderError, Trainer, TrainingError
 
     try:
-        trainer = Trainer(cfg)
+        # the tasks first: unusable task data, a dead server or a bad setting is refused before run_dir is made
+        games = get_environment(cfg.env).load_runtime().task_source(cfg)
+        trainer = Trainer(cfg, games)
         if trainer.start_step > 1:
             print(f"resuming {cfg.run_dir} from step {trainer.start_step - 1}", file=sys.stderr)
         run_dir = trainer.fit()
-    except (RunInUseError, RunFolderError, ModelNotFoundError, RecordError) as exc:  # raised before any step runs
+    except (RunInUseError, RunFolderError, ModelNotFoundError, InputError) as exc:  # raised before any step runs
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except TrainingError as exc:

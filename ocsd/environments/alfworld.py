@@ -239,6 +239,7 @@ ALFWORLD = register_environment(EnvironmentSpec(
     labels=StepLabels(operators=OPERATORS),
     skills=skill_text,
     max_steps=50,
+    invalid_action_penalty=0.1,  # SDAR examples/sdar_trainer/run_alfworld_qwen3.sh:59
     evaluation=EvaluationProtocol(splits=("valid_seen", "valid_unseen"), metrics=("success_rate", "per_type")),
     runtime="training.envs.alfworld.runtime:RUNTIME",
 ))

@@ -20,7 +20,8 @@ Two layouts exist:
 Model outputs
 -------------
 :class:`TaggedOutput` reads an output made of one ``<reason>...</reason>`` block followed by one action
-block; :class:`ParsedOutput` is what :meth:`ocsd.environments.EnvironmentSpec.parse_output` returns.
+block (or, with ``reason_required=False``, of one action block whatever reasoning surrounds it);
+:class:`ParsedOutput` is what :meth:`ocsd.environments.EnvironmentSpec.parse_output` returns.
 :func:`bracket_command` splits a ``verb[argument]`` command (WebShop, Search-QA) for the action rules.
 """
 
@@ -91,7 +92,8 @@ class ParsedOutput:
         action block was found.
     well_formed : bool
         Exactly one ``<reason>...</reason>`` block, followed by exactly one non-empty action block, with
-        no unmatched tag.
+        no unmatched tag (an environment whose parser does not require the reason block: exactly one
+        non-empty action block, with no unmatched action tag).
     kind : str
         The action's family (:meth:`ocsd.environments.EnvironmentSpec.action_family`), ``"other"`` for an
         action outside the grammar, ``"invalid"`` when no action was found.
@@ -147,11 +149,16 @@ class TaggedOutput:
         The action is the block itself, ``<tag>argument</tag>`` (Search-QA); else the argument.
     lower : bool
         Lower-case the action (ALFWorld's commands).
+    reason_required : bool
+        Whether the form needs exactly one ``<reason>`` block before the action (ALFWorld and WebShop); when
+        False (Search-QA, as SDAR's projection, which checks only the action tags), the ``<reason>`` blocks are
+        not checked.
     """
 
     action_tags: tuple[str, ...] = ("action",)
     keep_tag: bool = False
     lower: bool = False
+    reason_required: bool = True
 
     def __post_init__(self) -> None:
         if not self.action_tags or not all(isinstance(t, str) and re.fullmatch(r"[a-z]+", t)
@@ -162,10 +169,11 @@ class TaggedOutput:
         """The action of ``text`` ("" when there is none) and the problems of its form (empty when well formed)."""
         problems = []
         reasons = _REASON.findall(text)
-        if len(reasons) != 1:
+        if self.reason_required and len(reasons) != 1:
             problems.append(f"{len(reasons)} <reason> blocks (need exactly 1)")
         found = sorted((m for tag in self.action_tags for m in _blocks(text, tag)), key=lambda m: m.start())
-        balance = _tag_balance_problem(text, ("reason", *self.action_tags))
+        balance = _tag_balance_problem(text, ("reason", *self.action_tags) if self.reason_required
+                                       else self.action_tags)
         if balance:
             problems.append(balance)
         if not found:
@@ -176,7 +184,7 @@ class TaggedOutput:
         arg = re.sub(r"\s+", " ", first.group(1)).strip()
         if not arg:
             return "", (*problems, "empty action")
-        reason_match = _REASON.search(text)
+        reason_match = _REASON.search(text) if self.reason_required else None
         if reason_match is not None and reason_match.end() > first.start():
             problems.append("action block before the end of the <reason> block")
         if self.keep_tag:

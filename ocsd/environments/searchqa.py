@@ -3,7 +3,11 @@
 Interaction template: the paper's table "Interaction Prompt on Search-QA", verbatim. Its history is the
 memory context (:func:`ocsd.environments.formats.memory_fields`); it has no admissible actions and no
 sentence that the replay wording changes. Outputs are ``<reason>...</reason>`` then exactly one
-``<search>q</search>`` or ``<answer>x</answer>`` block, which is the action.
+``<search>q</search>`` or ``<answer>x</answer>`` block, which is the action. An output is well formed when it
+holds exactly one such block (no second one, no unmatched search or answer tag), whatever its ``<reason>``
+blocks: SDAR's projection checks only the action tags (SDAR agent_system/environments/env_package/search/
+projection.py:60-86), while ALFWorld's and WebShop's outputs also need their one ``<reason>`` block. The
+invalid-action penalty is SDAR's Search-QA coefficient, 0.01 (:attr:`EnvironmentSpec.invalid_action_penalty`).
 
 Action schemas g(a): ``<search>q</search>`` -> ``<search>a query</search>``, ``<answer>x</answer>`` ->
 ``<answer>an answer</answer>``; the bracket forms ``search[q]`` / ``answer[x]`` (any case of the verb) ->
@@ -126,12 +130,15 @@ SEARCHQA = register_environment(EnvironmentSpec(
     template=TEMPLATE,
     template_fields=memory_fields,
     default_history_length=None,
-    output_parser=TaggedOutput(("search", "answer"), keep_tag=True),
+    # SDAR's projection judges only the action tags (agent_system/environments/env_package/search/projection.py:
+    # 60-86): no <reason> rule
+    output_parser=TaggedOutput(("search", "answer"), keep_tag=True, reason_required=False),
     action_rule=action_rule,
     lexicon=lexicon,
     labels=TaggedLabels(no_effect_templates=(NO_RESULTS_TEMPLATE,), operators=("search", "answer")),
     task_types=DATASETS + GENERATED_FAMILIES,
     max_steps=4,
+    invalid_action_penalty=0.01,  # SDAR examples/sdar_trainer/run_search_qwen3.sh:55 (every SDAR Search-QA script)
     evaluation=EvaluationProtocol(splits=DATASETS, metrics=("em_id", "em_ood", "em_avg")),
     runtime="training.envs.searchqa.runtime:RUNTIME",
 ))

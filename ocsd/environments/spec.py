@@ -102,6 +102,9 @@ class EnvironmentSpec:
         only diagnostics need it, and it may read the engine's vocabulary when installed).
     max_steps : int
         Step cap: at most this many interaction steps per episode, in training and evaluation.
+    invalid_action_penalty : float
+        Default reward penalty of a step whose output is not well formed (a run's ``invalid_action_penalty``
+        when its config sets none): SDAR's coefficient for the environment.
     evaluation : EvaluationProtocol
         Evaluation splits and reported metric names.
     aliases : tuple of str
@@ -141,6 +144,7 @@ class EnvironmentSpec:
     skills: Callable[[str], str] | None = None
     task_types: tuple[str, ...] = ()
     runtime: str | None = None
+    invalid_action_penalty: float = 0.1
 
     def action_schema(self, action: object) -> str:
         """g(a): the natural-language schema of a future action, :data:`FALLBACK_SCHEMA` when it does not
@@ -240,6 +244,9 @@ def _problem(spec: EnvironmentSpec) -> str:
             return f"replay_wording: {pair[0]!r} does not occur in the template"
     if isinstance(spec.max_steps, bool) or not isinstance(spec.max_steps, int) or spec.max_steps < 1:
         return f"max_steps (the step cap) must be a positive integer, got {spec.max_steps!r}"
+    penalty = spec.invalid_action_penalty
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not 0 <= penalty < float("inf"):
+        return f"invalid_action_penalty must be a finite number >= 0, got {penalty!r}"
     length = spec.default_history_length
     if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 0):
         return f"default_history_length must be None or an integer >= 0, got {length!r}"

@@ -124,6 +124,7 @@ WEBSHOP = register_environment(EnvironmentSpec(
     labels=BracketLabels(operators=("search", "click")),
     task_types=CATEGORIES,
     max_steps=15,
+    invalid_action_penalty=0.1,  # SDAR examples/sdar_trainer/run_webshop_qwen3.sh:59
     evaluation=EvaluationProtocol(splits=("test",), metrics=("score", "success_rate", "per_type")),
     runtime="training.envs.webshop.runtime:RUNTIME",
 ))

@@ -108,7 +108,7 @@ def test_config_errors_name_data_and_dead_url(games, tmp_path):
         SearchSource.from_config(_cfg(games, retrieval_urls="http://127.0.0.1:9", retrieval_timeout=2.0))
     (tmp_path / "nq_test.jsonl").write_text(json.dumps({"question": "q", "golden_answers": ["a"]}) + "\n")
     with pytest.raises(SearchDataError, match="no training questions"):
-        SearchSource.from_config(_cfg(games, data=str(tmp_path)))
+        SearchSource.from_config(_cfg(games, data=str(tmp_path), retrieval_corpus="wiki"))
 
 
 def test_external_url_is_used_after_its_health_check(games):
@@ -122,7 +122,7 @@ def test_external_url_is_used_after_its_health_check(games):
 
 @pytest.mark.skipif(not SAMPLE.is_file(), reason="../shared/searchqa (real HotpotQA sample) is not available")
 def test_real_hotpotqa_sample_over_its_own_paragraphs(games):
-    cfg = _cfg(games, data=str(SHARED), val_split="hotpotqa")
+    cfg = _cfg(games, data=str(SHARED), val_split="hotpotqa", retrieval_corpus="hotpotqa")
     source, origin = evaluation_tasks(cfg, "hotpotqa", None)
     try:
         assert origin == f"real:{SHARED}:hotpotqa" and len(source.valid) == 100 and source.real

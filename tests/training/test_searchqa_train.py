@@ -45,7 +45,7 @@ def test_train_then_evaluate(tmp_path, capsys):
                     reason="../shared/searchqa (real HotpotQA sample) is not available")
 def test_evaluate_real_hotpotqa_sample(tmp_path, capsys):
     rc = evaluate_main(["--ckpt", "tiny", "--env", "searchqa", "--data", str(SHARED), "--split", "hotpotqa",
-                        "--tasks", "2", "--json", "max_response_length=8", "progress=false"])
+                        "--tasks", "2", "--json", "max_response_length=8", "progress=false", "retrieval_corpus=hotpotqa"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and out["tasks_from"] == f"real:{SHARED}:hotpotqa" and set(out["per_type"]) == {"hotpotqa"}
     assert out["n"] == 2 and out["em_id"] == out["em_avg"]
@@ -53,7 +53,8 @@ def test_evaluate_real_hotpotqa_sample(tmp_path, capsys):
 
 def test_evaluate_bad_data_exits_2(tmp_path, capsys):
     (tmp_path / "nq_test.jsonl").write_text('{"question": "q"}\n')
-    rc = evaluate_main(["--ckpt", "tiny", "--env", "searchqa", "--data", str(tmp_path), "progress=false"])
+    rc = evaluate_main(["--ckpt", "tiny", "--env", "searchqa", "--data", str(tmp_path), "progress=false",
+                        "retrieval_corpus=wiki"])
     assert rc == 2 and "nq_test.jsonl: row 0: no gold answers" in capsys.readouterr().err
 
 

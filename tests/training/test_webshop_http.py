@@ -14,7 +14,7 @@ from training.envs.webshop.http import HttpSession, WebshopServerError, parse_pa
 from training.envs.webshop.real import GOALS_FILE, category_of, load_real_goals
 from training.envs.webshop.runtime import demonstration, evaluation_tasks
 from training.envs.webshop.server import WebshopServer
-from training.envs.webshop.tasks import WebshopSource
+from training.envs.webshop.tasks import TEST_GOALS, WebshopSource
 from tests.training.test_webshop_env import SHOP, cfg
 from tests.training.test_webshop_reward import GOAL
 
@@ -74,13 +74,28 @@ def test_server_errors_name_the_url():
 
 
 def test_server_tasks_follow_sdar_splits(tmp_path):
-    source = WebshopSource.from_config(cfg(tmp_path, webshop_url="http://127.0.0.1:3000/", n_train_games=2))
-    assert [t.game for t in source.train] == ["fixed_500", "fixed_501"] and source.valid[0].game == "fixed_0"
-    assert source.origin == "server:http://127.0.0.1:3000" and source.real
+    """SDAR's split of a server's goal list: validation goals 0-499, training every goal from 500 on (whatever
+    n_train_games says: it counts generated goals), the number of goals read from the server."""
+    pool = WebshopSource.from_config(cfg(tmp_path, n_train_games=7, n_val_games=TEST_GOALS))
+    goals = [t.goal for t in pool.valid] + [t.goal for t in pool.train]
+    with WebshopServer(pool.valid[0].shop, goals) as srv:
+        source = WebshopSource.from_config(cfg(tmp_path, webshop_url=srv.url + "/", webshop_goals="synthetic",
+                                               data=None, n_train_games=2, n_val_games=3))
+        assert [t.game for t in source.train] == [f"fixed_{i}" for i in range(500, 507)]
+        assert [t.game for t in source.valid] == ["fixed_0", "fixed_1", "fixed_2"]
+        assert source.origin == f"server:{srv.url}" and source.real
+        assert source.describe() == {"origin": f"server:{srv.url}", "n_train": 7, "n_valid": 3,
+                                     "webshop_goals": "synthetic"}
+        env = source.make_env(source.train[:1], max_steps=2)
+        assert env.reset()[0].task == pool.train[0].goal.instruction  # fixed_500: the first training goal
+        few = WebshopSource.from_config(cfg(tmp_path, webshop_url=srv.url, webshop_goals="synthetic", data=None,
+                                            n_val_games=600), train=False)
+        assert len(few.valid) == TEST_GOALS and not few.train
 
 
 def test_webshop_url_runs_the_server_tasks(generated, server, tmp_path):
-    source = WebshopSource.from_config(cfg(tmp_path, webshop_url=server.url, n_val_games=2), train=False)
+    source = WebshopSource.from_config(cfg(tmp_path, webshop_url=server.url, webshop_goals="synthetic", n_val_games=2),
+                                       train=False)
     env = source.make_env(source.valid, max_steps=3)
     obs = env.reset()
     assert [o.task for o in obs] == [t.goal.instruction for t in generated.valid[:2]]

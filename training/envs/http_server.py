@@ -1,12 +1,57 @@
 """A local HTTP server in a background thread: what the built-in Search-QA retrieval server and the local WebShop
-server share (``http.server`` of the standard library; no web framework)."""
+server share (``http.server`` of the standard library; no web framework).
+
+:func:`listen` takes the address first, so a command refuses a port in use (or out of range) in one line before
+it does any work, and :func:`serve_forever` then serves on it.
+"""
 
 from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-__all__ = ["BackgroundServer", "serve_foreground"]
+from ocsd.cli import InputError
+
+__all__ = ["BackgroundServer", "ListenError", "listen", "serve_foreground", "serve_forever"]
+
+
+class ListenError(InputError):
+    """A server cannot listen where asked (port out of range or in use, unknown host); the message names the
+    address and the flag or setting (a usage error: one line, exit status 2)."""
+
+
+def listen(host: str, port: int, handler: type[BaseHTTPRequestHandler] = BaseHTTPRequestHandler, *,
+           flag: str = "port") -> ThreadingHTTPServer:
+    """A server bound to ``host:port`` (port 0: a free port), not serving yet; ``handler`` may be set later through
+    :func:`serve_forever`.
+
+    Raises
+    ------
+    ListenError
+        Naming ``flag`` and the address when the port is out of range, taken, or the host unknown.
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ListenError(f"{flag} {port!r}: must be an integer from 0 to 65535")
+    try:
+        httpd = ThreadingHTTPServer((host, port), handler)
+    except (OSError, OverflowError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise ListenError(f"{flag} {port}: cannot listen on {host}:{port}: {reason}") from None
+    httpd.daemon_threads = True
+    return httpd
+
+
+def serve_forever(httpd: ThreadingHTTPServer, handler: type[BaseHTTPRequestHandler] | None = None) -> None:
+    """Serve on ``httpd`` (with ``handler`` when given) in this thread until interrupted (Ctrl-C), then release
+    the port."""
+    if handler is not None:
+        httpd.RequestHandlerClass = handler
+    try:
+        httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        httpd.server_close()
 
 
 class BackgroundServer:
@@ -19,12 +64,16 @@ class BackgroundServer:
         Where to listen (port 0: a free port; :attr:`address` says which).
     name : str
         The serving thread's name.
+
+    Raises
+    ------
+    ListenError
+        When it cannot listen there (:func:`listen`).
     """
 
     def __init__(self, handler: type[BaseHTTPRequestHandler], *, host: str = "127.0.0.1", port: int = 0,
                  name: str = "http-server") -> None:
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
+        self.httpd = listen(host, port, handler)
         self.address = f"http://{host}:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, name=name, daemon=True)
         self.thread.start()
@@ -52,12 +101,11 @@ class BackgroundServer:
 
 
 def serve_foreground(handler: type[BaseHTTPRequestHandler], *, host: str, port: int) -> None:
-    """Serve ``handler`` on ``host:port`` in this thread until interrupted (Ctrl-C), then release the port."""
-    httpd = ThreadingHTTPServer((host, port), handler)
-    httpd.daemon_threads = True
-    try:
-        httpd.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        httpd.server_close()
+    """Serve ``handler`` on ``host:port`` in this thread until interrupted (Ctrl-C), then release the port.
+
+    Raises
+    ------
+    ListenError
+        When it cannot listen there (:func:`listen`).
+    """
+    serve_forever(listen(host, port, handler))

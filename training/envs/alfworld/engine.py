@@ -22,12 +22,15 @@ import contextlib
 import copy
 import functools
 
+from ocsd.cli import InputError
+
 __all__ = ["AlfworldDataError", "close_engine", "fast_text_generation", "load_game", "make_engine",
            "memoized_translation"]
 
 
-class AlfworldDataError(ValueError):
-    """A game file or data folder is missing, malformed or unplayable; the message names it."""
+class AlfworldDataError(InputError):
+    """A game file or data folder is missing, malformed or unplayable; the message names it (a usage error: one
+    line, exit status 2)."""
 
 
 @functools.lru_cache(maxsize=256)

@@ -9,6 +9,9 @@
   the built-in server, printing each step's action, labels and the final exact match.
 * ``bench``: time the index build and the search latency over HTTP (``--queries`` searches of generated
   questions' planned queries, one at a time).
+
+Bad input (a port out of range or in use, an unreadable corpus) is one line ``error: ...`` and exit status 2, before
+any work.
 """
 
 from __future__ import annotations
@@ -20,14 +23,15 @@ import time
 import types
 from pathlib import Path
 
-from ocsd.cli import positive_int
+from ocsd.cli import UsageError, entry_point, positive_int
 from training.envs.searchqa.data import SearchDataError
 
 
 def _config(args) -> types.SimpleNamespace:
     return types.SimpleNamespace(data="generated", games_dir=args.games_dir, seed=args.seed, n_train_games=10**9,
                                  n_val_games=10**9, task_types=None, val_split=None, retrieval_urls=None,
-                                 retrieval_topk=args.topk, retrieval_timeout=30.0, progress=True)
+                                 retrieval_corpus="wiki", retrieval_topk=args.topk, retrieval_timeout=30.0,
+                                 progress=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("command", choices=("serve", "generate", "play", "bench"))
     p.add_argument("--corpus", default="wiki", help="serve: 'wiki' or 'hotpotqa:<file>' (JSON Lines or JSON)")
     p.add_argument("--host", default="127.0.0.1", help="serve: address to listen on")
-    p.add_argument("--port", type=int, default=8000, help="serve: port")
+    p.add_argument("--port", type=int, default=8000, help="serve: port (0: any free port)")
     p.add_argument("--topk", type=positive_int("--topk"), default=3, help="passages per search when a request names none")
     p.add_argument("--games-dir", default="checkpoints/games", help="where generated questions are kept")
     p.add_argument("--seed", type=int, default=0)
@@ -82,23 +86,31 @@ def _bench(source, n: int) -> None:
           f"p95 {1000 * sorted(seconds)[int(0.95 * (len(seconds) - 1))]:.2f} ms")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def _serve(args) -> int:
+    from training.envs.http_server import listen, serve_forever
+    from training.envs.searchqa.server import retrieval_handler
+
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: must be an integer from 0 to 65535")
+    httpd = listen(args.host, args.port, flag="--port")  # before any work: a port in use stops here
     try:
-        if args.command == "serve":
-            from training.envs.searchqa.server import serve
+        index = _index(args.corpus)
+    except BaseException:
+        httpd.server_close()
+        raise
+    print(f"retrieval server over {index.name} ({len(index):,} passages, index built in "
+          f"{index.build_seconds:.2f} s) at http://{args.host}:{httpd.server_address[1]}/retrieve", file=sys.stderr)
+    serve_forever(httpd, retrieval_handler(index, args.topk))
+    return 0
 
-            index = _index(args.corpus)
-            print(f"retrieval server over {index.name} ({len(index):,} passages, index built in "
-                  f"{index.build_seconds:.2f} s) at http://{args.host}:{args.port}/retrieve", file=sys.stderr)
-            serve(index, host=args.host, port=args.port, topk=args.topk)
-            return 0
-        from training.envs.searchqa.tasks import SearchSource
 
-        source = SearchSource.from_config(_config(args))
-    except SearchDataError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+def _main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    from training.envs.searchqa.tasks import SearchSource
+
+    source = SearchSource.from_config(_config(args))
     try:
         if args.command == "generate":
             print(source.origin.split(":", 1)[1])
@@ -119,6 +131,8 @@ def _play(source, n: int) -> None:
     print_expert_play(source, demonstration, n, max_steps=SEARCHQA.max_steps, width=70,
                       outcome=lambda r: f"exact match {r.score:.0f}  won {r.won}")
 
+
+main = entry_point(_main, "training.envs.searchqa")
 
 if __name__ == "__main__":
     sys.exit(main())

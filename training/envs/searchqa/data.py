@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from ocsd.cli import InputError
 from ocsd.environments.searchqa import DATASETS
 
 __all__ = ["DATA_SET_NAMES", "SearchDataError", "SearchTask", "exact_match", "load_folder", "normalize_answer",
@@ -46,8 +47,9 @@ _PUNCT = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
-class SearchDataError(ValueError):
-    """Missing or unusable Search-QA data or retrieval set-up; the message names the file, field, setting or URL."""
+class SearchDataError(InputError):
+    """Missing or unusable Search-QA data or retrieval set-up; the message names the file, field, setting or URL (a
+    usage error: one line, exit status 2)."""
 
 
 @dataclass(frozen=True)

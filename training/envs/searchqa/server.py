@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler
 from training.envs.http_server import BackgroundServer, serve_foreground
 from training.envs.searchqa.corpus import BM25Index
 
-__all__ = ["DEFAULT_TOPK", "MAX_TOPK", "RetrievalServer", "parse_request", "retrieve", "serve"]
+__all__ = ["DEFAULT_TOPK", "MAX_TOPK", "RetrievalServer", "parse_request", "retrieval_handler", "retrieve", "serve"]
 
 DEFAULT_TOPK = 3
 """Passages per query when a request names none (SDAR examples/search/retriever/retrieval_launch.sh: --topk 3)."""
@@ -70,7 +70,9 @@ def retrieve(index: BM25Index, queries: list[str], topk: int, return_scores: boo
     return {"result": result}
 
 
-def _handler(index: BM25Index, default_topk: int):
+def retrieval_handler(index: BM25Index, default_topk: int) -> type[BaseHTTPRequestHandler]:
+    """The request handler serving ``/retrieve`` over ``index`` (``default_topk`` passages when a request names
+    none) and ``/health``."""
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:  # quiet
             pass
@@ -122,10 +124,10 @@ class RetrievalServer(BackgroundServer):
     def __init__(self, index: BM25Index, *, host: str = "127.0.0.1", port: int = 0,
                  topk: int = DEFAULT_TOPK) -> None:
         self.index = index
-        super().__init__(_handler(index, topk), host=host, port=port, name="searchqa-retrieval")
+        super().__init__(retrieval_handler(index, topk), host=host, port=port, name="searchqa-retrieval")
         self.url = f"{self.address}/retrieve"
 
 
 def serve(index: BM25Index, *, host: str = "127.0.0.1", port: int = 8000, topk: int = DEFAULT_TOPK) -> None:
     """Serve ``index`` in the foreground until interrupted."""
-    serve_foreground(_handler(index, topk), host=host, port=port)
+    serve_foreground(retrieval_handler(index, topk), host=host, port=port)

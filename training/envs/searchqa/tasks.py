@@ -8,16 +8,28 @@ Questions:
   ``n_train_games`` / ``n_val_games`` of them.
 * ``data=<folder>``: the real question files of the folder (:func:`training.envs.searchqa.data.load_folder`):
   training questions from its training files, evaluation questions (split ``test``) from the others, of
-  the data set ``val_split`` names when it names one of the seven, else of all of them.
+  the data set ``val_split`` names when it names one of the seven (:data:`ALL_DATA_SETS` or ALFWorld's
+  default ``valid_seen``: all of them; any other value is refused).
 
 With neither the run stops, naming ``data``: generated questions are never a silent fallback.
 
-Retrieval: ``retrieval_urls`` (comma separated) names Search-R1-style servers, each asked once at start
-(:func:`training.envs.searchqa.client.health_check`). Unset, the source starts the built-in BM25 server
-(:class:`training.envs.searchqa.server.RetrievalServer`) on a free loopback port, in a background thread,
-on first use, and stops it on :meth:`SearchSource.close` (or when the source is collected). Its corpus is
-the questions' own paragraphs when every question brings them (HotpotQA's distractor setting), else the
-built-in Wikipedia lead summaries.
+Validation and evaluation questions are kept in a stratified order (:func:`stratified_order`): every prefix of the
+list holds each data set (or generated family) in proportion to its share of the whole, so the first ``n`` that
+``n_val_games``, ``val_tasks`` or ``--tasks`` take are a proportional sample of every data set, not the first file's
+questions; taking all of them plays every question.
+
+Retrieval, named explicitly:
+
+* ``retrieval_urls`` (comma separated): Search-R1-style servers, each asked once at start
+  (:func:`training.envs.searchqa.client.health_check`), as the paper.
+* ``retrieval_corpus``: the built-in BM25 server (:class:`training.envs.searchqa.server.RetrievalServer`) over
+  ``wiki`` (the built-in Wikipedia lead summaries) or ``hotpotqa`` (the questions' own HotpotQA paragraphs, the
+  distractor setting; every question must bring them). The source starts it on a free loopback port, in a
+  background thread, on first use, and stops it on :meth:`SearchSource.close` (or when the source is collected).
+
+Generated questions are made from the Wikipedia corpus, so ``data=generated`` searches ``wiki`` unless
+``retrieval_urls`` is set. A data folder needs one of the two settings, and naming both is refused: a data
+folder is never searched over a corpus nobody chose.
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ import json
 import sys
 import time
 import weakref
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -34,16 +47,82 @@ from typing import Sequence
 from ocsd.environments.searchqa import DATASETS, SEARCHQA
 from training.envs.runtime import TaskLists, task_type_list
 from training.envs.searchqa.client import RetrievalError, health_check, parse_urls
-from training.envs.searchqa.corpus import BM25Index, CorpusError, hotpotqa_passages, wiki_passages
+from training.envs.searchqa.corpus import BM25Index, CorpusError, hotpotqa_passages, wiki_files, wiki_passages
 from training.envs.searchqa.data import SearchDataError, SearchTask, load_folder
 from training.envs.searchqa.env import SearchBatchEnv
 
-__all__ = ["NO_DATA", "SearchSource", "corpus_index", "generated_questions"]
+__all__ = ["ALL_DATA_SETS", "CORPORA", "NO_DATA", "SearchSource", "corpus_index", "generated_questions",
+           "retrieval_choice", "stratified_order", "validation_data_set"]
 
 NO_DATA = ("data: no Search-QA questions named: set data=generated (questions generated from the CIA World Factbook "
            "into games_dir, searched in the built-in Wikipedia corpus) or data=DIR with the data sets' question files "
            "(Search-R1's train.parquet / test.parquet, or <data set>/<split>.jsonl, or HotpotQA's JSON files)")
+CORPORA = ("wiki", "hotpotqa")
+"""Corpora of the built-in retrieval server that ``retrieval_corpus`` may name."""
+ALL_DATA_SETS = ("all", "test", "valid_seen")
+"""``val_split`` values meaning every data set (``valid_seen`` is the config's default, ALFWorld's split)."""
 _INDEXES: dict[str, BM25Index] = {}
+
+
+def validation_data_set(split: str | None) -> str | None:
+    """The one data set a ``val_split`` names, None for all of them (None or :data:`ALL_DATA_SETS`).
+
+    Raises
+    ------
+    SearchDataError
+        Naming ``val_split`` when it is neither.
+    """
+    if split is None or split in ALL_DATA_SETS:
+        return None
+    if split not in DATASETS:
+        raise SearchDataError(f"val_split={split!r}: not a Search-QA data set; name one of {', '.join(DATASETS)} or "
+                              f"'all'")
+    return split
+
+
+def retrieval_choice(urls_setting, corpus_setting, data: str) -> str | None:
+    """The built-in corpus a run searches (``wiki`` or ``hotpotqa``), None when it searches ``retrieval_urls``
+    (module docstring).
+
+    Raises
+    ------
+    SearchDataError
+        Naming ``retrieval_corpus`` when it is unknown, given with ``retrieval_urls``, missing for a data folder
+        without servers, or ``hotpotqa`` for generated questions.
+    """
+    if corpus_setting is not None and corpus_setting not in CORPORA:
+        raise SearchDataError(f"retrieval_corpus={corpus_setting!r}: must be one of {', '.join(CORPORA)} (the built-in "
+                              f"BM25 server's corpus), or unset with retrieval_urls")
+    if urls_setting:
+        if corpus_setting is not None:
+            raise SearchDataError(f"retrieval_corpus={corpus_setting!r} and retrieval_urls={urls_setting!r}: name one "
+                                  f"place to search: retrieval_urls (retrieval servers) or retrieval_corpus (the "
+                                  f"built-in BM25 server)")
+        return None
+    if data == "generated":
+        if corpus_setting == "hotpotqa":
+            raise SearchDataError("retrieval_corpus='hotpotqa': generated questions have no HotpotQA paragraphs; "
+                                  "they are searched in the corpus they are made from, retrieval_corpus=wiki")
+        return "wiki"
+    if corpus_setting is None:
+        raise SearchDataError(f"data={data}: name where its questions are searched: retrieval_urls=URL[,URL...] "
+                              f"(Search-R1 retrieval servers, as the paper), retrieval_corpus=wiki (the built-in "
+                              f"BM25 server over 10,033 Wikipedia lead summaries) or retrieval_corpus=hotpotqa (over "
+                              f"the questions' own HotpotQA paragraphs)")
+    return corpus_setting
+
+
+def stratified_order(tasks: Sequence[SearchTask]) -> list[SearchTask]:
+    """``tasks`` reordered so that every prefix holds each task type (data set) in proportion to its share of all
+    of them; within a type the order is kept. Question ``j`` of a type with ``n`` questions is placed at
+    ``(j + 1/2) / n`` of the way (ties in the given order)."""
+    counts = Counter(t.task_type for t in tasks)
+    seen: Counter = Counter()
+    keyed = []
+    for i, task in enumerate(tasks):
+        keyed.append(((seen[task.task_type] + 0.5) / counts[task.task_type], i, task))
+        seen[task.task_type] += 1
+    return [task for _, _, task in sorted(keyed, key=lambda k: k[:2])]
 
 
 def corpus_index(name: str, passages_of=None) -> BM25Index:
@@ -131,39 +210,51 @@ class SearchSource(TaskLists):
         Raises
         ------
         SearchDataError
-            Naming ``data``, a file and field, or ``retrieval_urls`` (a server that fails its health check).
+            Naming ``data``, a file and field, ``val_split``, ``retrieval_corpus`` or ``retrieval_urls`` (a server
+            that fails its health check), before any question is played.
         """
         n_val = n_valid or cfg.n_val_games
-        split = val_split or getattr(cfg, "val_split", None)
+        split = validation_data_set(val_split or getattr(cfg, "val_split", None))
+        if not cfg.data:
+            raise SearchDataError(NO_DATA)
+        builtin = retrieval_choice(cfg.retrieval_urls, getattr(cfg, "retrieval_corpus", None), str(cfg.data))
+        if builtin == "wiki":
+            try:
+                wiki_files()  # the package is there: a run does not stop at its first search
+            except CorpusError as exc:
+                raise SearchDataError(f"retrieval_corpus=wiki: {exc}") from None
         if cfg.data == "generated":
             folder = Path(cfg.games_dir) / "searchqa" / f"seed{cfg.seed}"
             tr, va = generated_questions(folder, cfg.seed, progress=bool(getattr(cfg, "progress", False)))
             tr, va, origin, pool = tr[:cfg.n_train_games], va, f"generated:{folder}", []
-        elif cfg.data:
+        else:
             loaded = load_folder(Path(cfg.data))
             tr, va, pool = loaded["train"][:cfg.n_train_games], loaded["test"], loaded["train"] + loaded["test"]
-            if split in DATASETS:
+            if split is not None:
                 va = [t for t in va if t.task_type == split]
             if train and not tr:
                 raise SearchDataError(f"data={cfg.data}: no training questions (no file whose name holds 'train'); "
                                       f"evaluate it with python -m training.evaluate --env searchqa, or train with "
                                       f"data=generated")
             origin = f"real:{Path(cfg.data).expanduser()}"
-        else:
-            raise SearchDataError(NO_DATA)
         kinds = task_type_list(cfg.task_types)
         if kinds:
             tr, va = [t for t in tr if t.task_type in kinds], [t for t in va if t.task_type in kinds]
-        tr, va = (tr if train else []), (va[:n_val] if valid else [])
+        tr, va = (tr if train else []), (stratified_order(va)[:n_val] if valid else [])
         urls: tuple[str, ...] = ()
-        if cfg.retrieval_urls:
+        if builtin is None:
             try:
                 urls = parse_urls(cfg.retrieval_urls)
                 health_check(urls, timeout=cfg.retrieval_timeout)
             except RetrievalError as exc:
                 raise SearchDataError(str(exc)) from None
         corpus = "wiki"
-        if pool and all(t.context for t in pool):  # every question brings its paragraphs: search those
+        if builtin == "hotpotqa":
+            lacking = sum(not t.context for t in pool)
+            if lacking:
+                raise SearchDataError(f"retrieval_corpus=hotpotqa: {lacking} of the {len(pool)} questions of "
+                                      f"data={cfg.data} bring no HotpotQA 'context' paragraphs to search; use "
+                                      f"retrieval_urls or retrieval_corpus=wiki")
             corpus = "hotpotqa:" + hashlib.sha1("".join(t.game for t in pool).encode()).hexdigest()[:12]
         source = cls(tr, va, origin, urls, int(cfg.retrieval_topk), float(cfg.retrieval_timeout), corpus,
                      corpus_tasks=pool if corpus != "wiki" else [])

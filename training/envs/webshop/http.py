@@ -10,6 +10,10 @@ its form, a product link and a radio input (its ``data-url``) are fetched. A sea
 to the search form, whose answer redirects to the results (SDAR .../web_agent_site/app.py:49-104). A
 purchase's reward is the number after "Your score (min 0.0, max 1.0)" on the page ``done`` answers.
 The page state used for progress labels is the page's URL, which holds the whole state in WebShop.
+
+Which goals a server holds is read from its fixed sessions (:func:`count_sessions`): ``fixed_<i>`` is goal ``i``
+of the server's list, and WebShop's app answers HTTP 500 for an ``i`` past its last goal (the list index fails,
+SDAR .../web_agent_site/app.py:69-71).
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
+from ocsd.cli import InputError
+
 from training.envs.webshop.site import PageView
 
-__all__ = ["HttpSession", "ParsedPage", "WebshopServerError", "parse_page"]
+__all__ = ["HttpSession", "ParsedPage", "WebshopServerError", "count_sessions", "parse_page", "session_exists"]
 
 TIMEOUT = 30.0
 """Seconds to wait for a page."""
@@ -31,7 +37,7 @@ SCORE_LABEL = "Your score (min 0.0, max 1.0)"
 _HIDDEN = {"head", "script", "style", "title", "meta"}
 
 
-class WebshopServerError(RuntimeError):
+class WebshopServerError(InputError):
     """The WebShop server could not be reached or answered something unexpected; names the URL."""
 
 
@@ -171,3 +177,53 @@ class HttpSession:
             method, url = self.page.targets[arg]
             self._fetch(url, {} if method == "post" else None)
         return self._show()
+
+
+def session_exists(base_url: str, index: int, *, timeout: float = TIMEOUT) -> bool:
+    """Whether the server at ``base_url`` has session ``fixed_<index>`` (a search page with an instruction).
+
+    Raises
+    ------
+    WebshopServerError
+        Naming ``webshop_url`` and the URL when the server cannot be reached or answers something that is
+        neither such a page nor WebShop's HTTP 500 for a goal past its last.
+    """
+    url = f"{base_url.rstrip('/')}/fixed_{int(index)}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url), timeout=timeout) as reply:
+            page = parse_page(reply.read().decode("utf-8", errors="replace"))
+    except urllib.error.HTTPError as exc:
+        if exc.code == 500:
+            return False
+        raise WebshopServerError(f"webshop_url: {url} answered HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise WebshopServerError(f"webshop_url: cannot reach {url}: {reason}") from None
+    if "Instruction:" not in page.texts or page.search_form is None:
+        raise WebshopServerError(f"webshop_url: {url} is not a WebShop search page (no instruction and search "
+                                 f"bar); is {base_url} a WebShop server (web_agent_site)?")
+    return True
+
+
+def count_sessions(base_url: str, upper: int, *, timeout: float = TIMEOUT) -> int:
+    """How many fixed sessions the server holds, counting up to ``upper``: sessions ``fixed_0`` ... ``fixed_<n-1>``
+    exist (a binary search over :func:`session_exists`, about ``log2(upper)`` requests).
+
+    Raises
+    ------
+    WebshopServerError
+        As :func:`session_exists`, and naming ``webshop_url`` when the server has no session ``fixed_0``.
+    """
+    if not session_exists(base_url, 0, timeout=timeout):
+        raise WebshopServerError(f"webshop_url: {base_url} has no session fixed_0 (HTTP 500): the server holds no "
+                                 f"goals")
+    if upper <= 1 or session_exists(base_url, upper - 1, timeout=timeout):
+        return max(1, upper)
+    low, high = 1, upper - 1  # fixed_<low - 1> exists, fixed_<high> does not
+    while low < high:
+        mid = (low + high) // 2
+        if session_exists(base_url, mid, timeout=timeout):
+            low = mid + 1
+        else:
+            high = mid
+    return low

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ocsd.cli import InputError
 from training.envs.webshop.catalog import NO_BOUND, Goal, Product, make_product, new_asin
 from training.envs.webshop.reward import normalize_color
 from training.envs.webshop.vocab import BRANDS, CATEGORIES, TYPES, all_attributes
@@ -60,7 +61,7 @@ _PRICE = re.compile(r"price lower than ([\d.]+) dollars")
 _SIZE = re.compile(r"\d|small|medium|large|size|inch|ounce|oz|pack|count|ft|cm|mm|queen|king|twin|full")
 
 
-class RealGoalsError(ValueError):
+class RealGoalsError(InputError):
     """The goals file is missing or malformed; the message names the file and the field."""
 
 

@@ -12,7 +12,9 @@ environments/env_package/webshop/webshop/web_agent_site/app.py:45-260), so that 
 =========================================================================  ===================================
 
 ``keywords`` is a Python list literal and ``options`` a dict literal, URL-quoted, as Flask's ``url_for``
-writes them. Session ``fixed_<i>`` gets goal ``i``; another session a goal chosen by a hash of its name.
+writes them. Session ``fixed_<i>`` gets goal ``i`` and, past the last goal, HTTP 500 as from WebShop's app (its
+goal list index fails, SDAR .../web_agent_site/app.py:69-71); another session gets a goal chosen by a hash of its
+name.
 Pages carry WebShop's ids and classes (``instruction-text``, ``search_input``, ``btn``, ``product-link``,
 radio inputs with ``data-url``, ``reward``) and show the same texts as :func:`training.envs.webshop.site.render`.
 """
@@ -31,7 +33,7 @@ from training.envs.webshop.catalog import Goal
 from training.envs.webshop.reward import purchase_reward
 from training.envs.webshop.site import PAGE_SIZE, Shop
 
-__all__ = ["WebshopServer", "serve"]
+__all__ = ["WebshopServer", "serve", "server_handler"]
 
 
 def _q(value) -> str:
@@ -64,7 +66,8 @@ class _Site:
             raise ValueError("WebshopServer needs at least one goal")
 
     def goal(self, sid: str) -> Goal:
-        if sid.startswith("fixed_") and sid[6:].isdigit() and int(sid[6:]) < len(self.goals):
+        """The goal of session ``sid``; IndexError for ``fixed_<i>`` past the last goal."""
+        if sid.startswith("fixed_") and sid[6:].isdigit():
             return self.goals[int(sid[6:])]
         return self.goals[zlib.crc32(sid.encode()) % len(self.goals)]
 
@@ -126,6 +129,12 @@ def _keywords(text: str) -> list[str]:
     return list(ast.literal_eval(text)) if text.startswith("[") else [text]
 
 
+def server_handler(shop: Shop, goals: Sequence[Goal]) -> type[BaseHTTPRequestHandler]:
+    """The request handler serving ``shop`` with goal ``i`` as session ``fixed_<i>``'s (for
+    :func:`training.envs.http_server.serve_forever`)."""
+    return _handler(_Site(shop, goals))
+
+
 def _handler(site: _Site):
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:  # quiet
@@ -160,6 +169,8 @@ def _handler(site: _Site):
                                                     ast.literal_eval(args[5])))
                 if name == "done" and len(args) == 3:
                     return self._send(200, site.done(args[0], args[1], ast.literal_eval(args[2])))
+            except IndexError:
+                return self._send(500, _page("<p>no goal for this session</p>"))
             except (KeyError, ValueError, SyntaxError):
                 return self._send(400, _page("<p>bad request</p>"))
             return self._send(404, _page("<p>not found</p>"))
@@ -187,10 +198,10 @@ class WebshopServer(BackgroundServer):
     """
 
     def __init__(self, shop: Shop, goals: Sequence[Goal], *, host: str = "127.0.0.1", port: int = 0) -> None:
-        super().__init__(_handler(_Site(shop, goals)), host=host, port=port, name="webshop-server")
+        super().__init__(server_handler(shop, goals), host=host, port=port, name="webshop-server")
         self.url = self.address
 
 
 def serve(shop: Shop, goals: Sequence[Goal], *, host: str = "127.0.0.1", port: int = 3000) -> None:
     """Serve in the foreground until interrupted."""
-    serve_foreground(_handler(_Site(shop, goals)), host=host, port=port)
+    serve_foreground(server_handler(shop, goals), host=host, port=port)

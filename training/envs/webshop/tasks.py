@@ -9,9 +9,14 @@
   around their targets (:mod:`training.envs.webshop.real`); an evaluation set (split ``test``), so it
   gives no training tasks.
 * ``webshop_url=<server>``: a WebShop server (``web_agent_site``) over HTTP
-  (:mod:`training.envs.webshop.http`); tasks are its fixed sessions, as SDAR splits its goals: validation
-  ``fixed_0`` ... (the first 500, WebShop's test goals) and training from ``fixed_500`` on (SDAR
-  agent_system/environments/env_package/webshop/envs.py:141-144).
+  (:mod:`training.envs.webshop.http`); tasks are its fixed sessions (``fixed_<i>`` is goal ``i`` of the server's
+  list), split as SDAR splits its goal list: validation plays goals 0 ... 499 (the first ``n_val_games``) and
+  training samples every goal from 500 on (SDAR agent_system/environments/env_package/webshop/envs.py:141-144;
+  ``n_train_games``, the number of generated goals, does not apply). How many goals the server holds is asked
+  before the run (:func:`training.envs.webshop.http.count_sessions`, up to :data:`MAX_SERVER_GOALS`), which is
+  also its health check. ``webshop_goals`` must say which goals the server holds:
+  SDAR trains and validates on WebShop's synthetic goals (``human_goals: False``), while WebShop's own app
+  serves the human instructions (:data:`WEBSHOP_GOALS`); the run records it.
 
 With none of them the run stops, naming ``data``: generated tasks are never a silent fallback.
 """
@@ -26,6 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ocsd.cli import InputError
 from training.envs.runtime import TaskLists
 from training.envs.webshop.catalog import (Goal, generate_catalogue, generate_goal, goal_from_json, read_products,
                                            write_products)
@@ -33,17 +39,34 @@ from training.envs.webshop.env import LocalSession, WebshopBatchEnv
 from training.envs.webshop.real import RealGoalsError, load_real_goals, real_catalogue
 from training.envs.webshop.site import Shop
 
-__all__ = ["TEST_GOALS", "WebshopDataError", "WebshopSource", "WebshopTask", "generated_tasks"]
+__all__ = ["TEST_GOALS", "WEBSHOP_GOALS", "WebshopDataError", "WebshopSource", "WebshopTask", "generated_tasks"]
 
 TEST_GOALS = 500
-"""Sessions ``fixed_0`` ... ``fixed_499`` are WebShop's test goals (SDAR .../webshop/envs.py:141-144)."""
+"""SDAR's split of a goal list: validation plays goals 0 ... 499, training samples goals 500 onwards
+(``range(500)`` and ``range(500, len(goals))``, SDAR agent_system/environments/env_package/webshop/envs.py:141-144);
+on a server, sessions ``fixed_0`` ... ``fixed_499`` and ``fixed_500`` onwards."""
+
+MAX_SERVER_GOALS = 10**6
+"""The most goals a server is asked about (WebShop's human instructions number 12,087)."""
+
+WEBSHOP_GOALS = ("synthetic", "human")
+"""What ``webshop_goals`` may say a server's goals are. ``synthetic``: goals made from the products' attributes and
+options, SDAR's protocol (``human_goals: False``, SDAR verl/trainer/config/ppo_trainer.yaml:316, handed to WebShop
+by agent_system/environments/env_manager.py:675; the goals of .../web_agent_site/engine/goal.py:68-120). ``human``:
+WebShop's crowd-written instructions, which WebShop's own app serves (.../web_agent_site/app.py:64 calls
+``get_goals`` with its default ``human_goals=True``, engine/goal.py:16-18)."""
+
+NO_GOALS = ("webshop_goals={value!r}: say which goals the WebShop server at {url} holds: webshop_goals=synthetic "
+            "(SDAR's protocol: a server whose goals are WebShop's synthetic ones, human_goals=False, or the built-in "
+            "`python -m training.envs.webshop serve`) or webshop_goals=human (WebShop's own web_agent_site app, "
+            "which serves the human instructions)")
 
 NO_DATA = ("data: no WebShop tasks named: set data=generated (a catalogue and goals generated into games_dir), "
            "data=DIR with the real goals file webshop_goals_fixed100.json (evaluation), or webshop_url=URL of a "
            "WebShop server")
 
 
-class WebshopDataError(ValueError):
+class WebshopDataError(InputError):
     """Missing or unusable WebShop task data; the message names the setting, file or URL."""
 
 
@@ -65,6 +88,7 @@ class WebshopTask:
     url : str or None
         The server's URL for a server session.
     """
+
 
     game: str
     split: str
@@ -120,11 +144,14 @@ class WebshopSource(TaskLists):
     train, valid : list of WebshopTask
     origin : str
         ``generated:<folder>``, ``real:<goals file>`` or ``server:<url>``.
+    goals : str
+        For a server, which goals it holds (:data:`WEBSHOP_GOALS`); else "".
     """
 
     train: list[WebshopTask]
     valid: list[WebshopTask]
     origin: str
+    goals: str = ""
     data_error = WebshopDataError
 
     @classmethod
@@ -135,16 +162,12 @@ class WebshopSource(TaskLists):
         Raises
         ------
         WebshopDataError
-            Naming ``data`` or ``webshop_url`` when no tasks are named or they cannot be read.
+            Naming ``data``, ``webshop_url`` or ``webshop_goals`` when no tasks are named, they cannot be read, the
+            server cannot be reached or holds no goals for training.
         """
         n_val = n_valid or cfg.n_val_games
         if cfg.webshop_url:
-            url = str(cfg.webshop_url).rstrip("/")
-            if not url.startswith(("http://", "https://")):
-                raise WebshopDataError(f"webshop_url={cfg.webshop_url!r}: must be an http:// or https:// URL")
-            tr = [WebshopTask(f"fixed_{TEST_GOALS + i}", "train", url=url) for i in range(cfg.n_train_games)]
-            va = [WebshopTask(f"fixed_{i}", "test", url=url) for i in range(min(n_val, TEST_GOALS))]
-            source = cls(tr if train else [], va if valid else [], f"server:{url}")
+            source = cls._from_server(cfg, train=train, valid=valid, n_val=n_val)
         elif cfg.data == "generated":
             folder = Path(cfg.games_dir) / "webshop" / f"seed{cfg.seed}"
             shop, tr, va = generated_tasks(folder, cfg.seed, cfg.n_train_games, n_val, train=train, valid=valid)
@@ -173,6 +196,30 @@ class WebshopSource(TaskLists):
         print(source.announce(), file=sys.stderr)
         return source
 
+    @classmethod
+    def _from_server(cls, cfg, *, train: bool, valid: bool, n_val: int) -> "WebshopSource":
+        """The fixed sessions of the server ``cfg.webshop_url`` in SDAR's split (module docstring)."""
+        from training.envs.webshop.http import WebshopServerError, count_sessions
+
+        url = str(cfg.webshop_url).rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise WebshopDataError(f"webshop_url={cfg.webshop_url!r}: must be an http:// or https:// URL")
+        goals = getattr(cfg, "webshop_goals", None)
+        if goals not in WEBSHOP_GOALS:
+            raise WebshopDataError(NO_GOALS.format(value=goals, url=url))
+        try:
+            count = count_sessions(url, MAX_SERVER_GOALS if train else min(n_val, TEST_GOALS))
+        except WebshopServerError as exc:
+            raise WebshopDataError(str(exc)) from None
+        if train and count <= TEST_GOALS:
+            raise WebshopDataError(
+                f"webshop_url={url}: the server holds {count} goals, none from fixed_{TEST_GOALS} on, where training "
+                f"goals start (SDAR's split: goals 0-{TEST_GOALS - 1} validate); serve more goals, or evaluate "
+                f"with python -m training.evaluate --env webshop")
+        tr = [WebshopTask(f"fixed_{i}", "train", url=url) for i in range(TEST_GOALS, count)] if train else []
+        va = [WebshopTask(f"fixed_{i}", "test", url=url) for i in range(min(n_val, TEST_GOALS, count))] if valid else []
+        return cls(tr, va, f"server:{url}", goals)
+
     @property
     def real(self) -> bool:
         """Whether the tasks are WebShop's own instructions (real goals or a server)."""
@@ -183,8 +230,12 @@ class WebshopSource(TaskLists):
         kind, where = self.origin.split(":", 1)
         what = {"generated": "generated WebShop catalogue and goals (data=generated) in",
                 "real": "real WebShop goals on a catalogue built around their targets, from",
-                "server": "WebShop server at"}[kind]
+                "server": f"{self.goals} goals of the WebShop server at"}[kind]
         return f"tasks: {what} {where}: {len(self.train)} training, {len(self.valid)} validation"
+
+    def describe(self) -> dict:
+        """What run.json records about the tasks (and, for a server, which goals it holds)."""
+        return {**super().describe(), **({"webshop_goals": self.goals} if self.goals else {})}
 
     @staticmethod
     def make_env(tasks: Sequence[WebshopTask], *, max_steps: int, workers: int = 0, seed: int = 0,
