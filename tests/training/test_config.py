@@ -24,7 +24,7 @@ from training.config import (
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p for p in (ROOT / "training" / "configs").glob("*.yaml") if not p.name.startswith("sft_"))
 SFT_CONFIGS = sorted((ROOT / "training" / "configs").glob("sft_*.yaml"))
-NUMERIC = [f.name for f in fields(TrainConfig) if f.type in ("int", "float", "int | None")]
+NUMERIC = [f.name for f in fields(TrainConfig) if f.type in ("int", "float", "int | None", "float | None")]
 
 
 def test_every_numeric_setting_has_a_range_holding_its_default():
