@@ -445,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         source, out, views, cfg = _plan(args)
+        if out.exists():  # a folder in use, or one a collection must not write, is refused before any work
+            with RunLock(out):
+                check_out_folder(out, source.global_step)
         games = collection_games(cfg)  # before the lock makes --out: unusable task data leaves no folder behind
         with RunLock(out):  # one writer: refused while another command writes the folder
             check_out_folder(out, source.global_step)
