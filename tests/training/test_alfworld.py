@@ -369,3 +369,16 @@ def test_list_refuses_a_split_the_data_does_not_have(alfworld_games, capsys):
         assert main(["list", "--data", str(alfworld_games), "--split", split]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: --split '{split}'") and "'train'" in err and "'valid'" in err
+
+
+def test_generated_basins_print_as_the_release_prints_them(tmp_path):
+    """Bathroom plans 418, 425 and 429 place no sink basin, so the generator adds one; its id was ``SinkBasin|...``,
+    which ALFWorld printed as ``sinkbasinbasin 1`` where the release's games print ``sinkbasin 1``."""
+    from training.envs.alfworld.gen import synthetic_id
+
+    assert synthetic_id("SinkBasin", -1.0, 2.5) == "Sink|-01.00|+00.90|+02.50|SinkBasin"
+    assert synthetic_id("BathtubBasin", 0.0, 0.0).startswith("Bathtub|") and synthetic_id("Desk", 0, 0)[:5] == "Desk|"
+    spec = generate_game(tmp_path, seed=1000, index=242)  # a clean task in plan 418 (it printed sinkbasinbasin 1)
+    plan = json.loads(Path(spec.path).read_text())["walkthrough"]
+    assert "-418/" in spec.path and "go to sinkbasin 1" in plan
+    assert not any("basinbasin" in step for step in plan) and play(spec.path, plan)[1][-1].won

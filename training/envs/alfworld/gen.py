@@ -104,6 +104,19 @@ def _coord(v: float) -> str:
     return f"{v:+06.2f}"
 
 
+def synthetic_id(cls: str, x: float, z: float) -> str:
+    """The AI2-THOR id of a receptacle of class ``cls`` the floor plan does not place, at ``(x, z)``.
+
+    A basin is a part of its fixture, as in the release (``Sink|-01.19|+00.90|-02.71|SinkBasin``): ALFWorld prints
+    a basin by the fixture's name and ``basin``, so an id of the form ``SinkBasin|...`` would print as
+    ``sinkbasinbasin 1`` where the release's games print ``sinkbasin 1``.
+    """
+    where = f"{_coord(x)}|+00.90|{_coord(z)}"
+    if cls.endswith("Basin") and len(cls) > len("Basin"):
+        return f"{cls[:-len('Basin')]}|{where}|{cls}"
+    return f"{cls}|{where}"
+
+
 def _receptacles(plan: int, rng: np.random.Generator) -> list[Receptacle]:
     """Receptacle instances of a floor plan; classes in the room without ids get synthetic ones."""
     _, constants, _, _ = _alfworld()
@@ -115,7 +128,7 @@ def _receptacles(plan: int, rng: np.random.Generator) -> list[Receptacle]:
         if cls in constants.VAL_RECEPTACLE_OBJECTS and cls not in movable and cls not in have:
             for _ in range(SYNTH_COUNTS.get(cls, 1)):
                 x, z = points[rng.integers(len(points))]
-                rid = f"{cls}|{_coord(x + rng.uniform(-0.4, 0.4))}|+00.90|{_coord(z + rng.uniform(-0.4, 0.4))}"
+                rid = synthetic_id(cls, x + rng.uniform(-0.4, 0.4), z + rng.uniform(-0.4, 0.4))
                 rot = 90 * int(rng.integers(4))
                 out.append(Receptacle(mangle(rid), cls, _location(x, z, rot, 30)))
     return out

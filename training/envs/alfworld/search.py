@@ -152,7 +152,8 @@ def _holders() -> dict[str, frozenset[str]]:
 
 def receptacle_class(name: str) -> str:
     """A receptacle's class as the tables name it: :func:`~training.envs.alfworld.expert.item_class`, with the
-    doubled ``basin`` of some sinks' printed names made one (``"sinkbasinbasin 1"`` -> ``"sinkbasin"``)."""
+    doubled ``basin`` made one (``"sinkbasinbasin 1"`` -> ``"sinkbasin"``), which games generated before
+    :func:`training.envs.alfworld.gen.synthetic_id` print for the sink basins of three bathroom plans."""
     return re.sub(r"(?:basin)+$", "basin", item_class(name))
 
 
