@@ -105,6 +105,9 @@ def _bad_inputs(tmp: Path, qa: Path) -> dict[str, tuple[list[str], tuple[str, ..
     }
 
 
+QUICK = ["model=tiny", "device=cpu", "progress=false", "max_steps=1", "max_response_length=4",
+         "max_prompt_length=1024"]
+"""Settings that keep a command that wrongly accepts its input to seconds."""
 CASES = ["searchqa: folder of another environment", "searchqa: folder without questions", "searchqa: corrupt parquet",
          "searchqa: unknown val_split", "searchqa: no retrieval named", "searchqa: corpus and urls",
          "searchqa: hotpotqa corpus without paragraphs", "searchqa: dead retrieval_urls",
@@ -119,8 +122,8 @@ def test_train_refuses_bad_task_data_in_one_line_before_writing(case, tmp_path, 
 
     overrides, fragments = _bad_inputs(tmp_path, qa_folder)[case]
     run = tmp_path / "run"
-    rc = train_main([*overrides, "model=tiny", "device=cpu", f"run_dir={run}", f"games_dir={tmp_path / 'games'}",
-                     "progress=false"])
+    rc = train_main([*overrides, *QUICK, f"run_dir={run}", f"games_dir={tmp_path / 'games'}", "total_steps=1",
+                     "batch_size=1", "group_size=1", "test_freq=0"])
     _one_error_line(capsys.readouterr().err, *fragments)
     assert rc == 2 and not run.exists()
 
@@ -134,7 +137,7 @@ def test_collect_refuses_bad_task_data_in_one_line_before_writing(case, tmp_path
     env = overrides[0].split("=", 1)[1]
     out = tmp_path / "collected"
     rc = collect_main(["--model", "tiny", "--env", env, "--tasks", "1", "--group", "1", "--out", str(out),
-                       *overrides[1:], f"games_dir={tmp_path / 'games'}", "progress=false"])
+                       *overrides[1:], *QUICK, f"games_dir={tmp_path / 'games'}"])
     _one_error_line(capsys.readouterr().err, *fragments)
     assert rc == 2 and not out.exists()
 
@@ -148,7 +151,7 @@ def test_evaluate_refuses_bad_task_data_in_one_line_before_writing(case, tmp_pat
     env = overrides[0].split("=", 1)[1]
     out = tmp_path / "eval" / "eval.json"
     rc = evaluate_main(["--ckpt", "tiny", "--env", env, "--tasks", "2", "--out-file", str(out), *overrides[1:],
-                        "progress=false", "max_response_length=4"])
+                        *QUICK])
     _one_error_line(capsys.readouterr().err, *fragments)
     assert rc == 2 and not out.exists()
 
