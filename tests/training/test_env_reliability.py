@@ -22,6 +22,8 @@ from ocsd.environments import get_environment
 from training.config import load_config, make_config
 
 ROOT = Path(__file__).resolve().parents[2]
+ALFWORLD = ROOT.parent / "shared" / "alfworld"
+"""387 real ALFWorld trials (valid_seen, valid_train), when this checkout has them beside it."""
 CONFIGS = ROOT / "training" / "configs"
 GOALS_ROW = {"task": "i need a red mug, and price lower than 20.00 dollars \n[Search]\n", "session_idx": "fixed_0",
              "key": {"asin": "B000000001", "query": "mugs", "name": "Red Mug", "goal_options": []}}
@@ -102,6 +104,8 @@ def _bad_inputs(tmp: Path, qa: Path) -> dict[str, tuple[list[str], tuple[str, ..
                                                 ("webshop_goals=None", "webshop_goals=synthetic")),
         "alfworld: folder without games": (["env=alfworld", f"data={empty}"], ("no solvable .tw-pddl games",)),
         "alfworld: folder of another environment": (["env=alfworld", f"data={goals}"], ("no solvable .tw-pddl",)),
+        "alfworld: unknown val_split (real games)": (["env=alfworld", f"data={ALFWORLD}", "train_split=valid_train",
+                                                      "val_split=nope"], ("val_split='nope': no solvable",)),
     }
 
 
@@ -113,13 +117,16 @@ CASES = ["searchqa: folder of another environment", "searchqa: folder without qu
          "searchqa: hotpotqa corpus without paragraphs", "searchqa: dead retrieval_urls",
          "searchqa: malformed retrieval_urls", "webshop: evaluation goals given to training",
          "webshop: dead webshop_url", "webshop: malformed webshop_url", "webshop: goals of the server unsaid",
-         "alfworld: folder without games", "alfworld: folder of another environment"]
+         "alfworld: folder without games", "alfworld: folder of another environment",
+         "alfworld: unknown val_split (real games)"]
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_train_refuses_bad_task_data_in_one_line_before_writing(case, tmp_path, qa_folder, capsys):
     from training.train import main as train_main
 
+    if "real games" in case and not ALFWORLD.is_dir():
+        pytest.skip("the real ALFWorld games (../shared/alfworld) are not available")
     overrides, fragments = _bad_inputs(tmp_path, qa_folder)[case]
     run = tmp_path / "run"
     rc = train_main([*overrides, *QUICK, f"run_dir={run}", f"games_dir={tmp_path / 'games'}", "total_steps=1",

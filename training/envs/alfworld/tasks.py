@@ -41,6 +41,14 @@ def generated_games(folder: Path, n: int, split: str, seed: int, progress: bool 
     return generate_games(folder, n, seed=seed, split=split, task_types=kinds, progress=progress)
 
 
+def _split_games(root: str, setting: str, split: str, kinds: tuple[str, ...] | None) -> list[GameSpec]:
+    """The solvable games of ``split`` under ``root``; the error names the ``setting`` that chose the split."""
+    try:
+        return load_games(root, split=split, task_types=kinds)
+    except AlfworldDataError as exc:
+        raise AlfworldDataError(f"{setting}={split!r}: {exc}") from None
+
+
 @dataclass
 class GameSource(TaskLists):
     """Training and validation games of a run.
@@ -76,8 +84,8 @@ class GameSource(TaskLists):
         kinds = task_type_list(getattr(cfg, "task_types", None))
         if root:
             split = val_split or cfg.val_split
-            source = cls(load_games(root, split=cfg.train_split, task_types=kinds) if train else [],
-                         load_games(root, split=split, task_types=kinds)[:n_valid] if valid else [], f"real:{root}")
+            source = cls(_split_games(root, "train_split", cfg.train_split, kinds) if train else [],
+                         _split_games(root, "val_split", split, kinds)[:n_valid] if valid else [], f"real:{root}")
         else:
             folder = Path(cfg.games_dir)
             source = cls(generated_games(folder, cfg.n_train_games, "train", cfg.seed, cfg.progress, kinds)
