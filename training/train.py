@@ -45,13 +45,17 @@ def main(argv: list[str] | None = None) -> int:
         # the tasks first: unusable task data, a dead server or a bad setting is refused before run_dir is made
         games = get_environment(cfg.env).load_runtime().task_source(cfg)
         trainer = Trainer(cfg, games)
-        if trainer.start_step > 1:
-            print(f"resuming {cfg.run_dir} from step {trainer.start_step - 1}", file=sys.stderr)
-        run_dir = trainer.fit()
     except (RunInUseError, RunFolderError, ModelNotFoundError, InputError) as exc:  # raised before any step runs
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except TrainingError as exc:
+    except KeyboardInterrupt:
+        print("interrupted before the first step", file=sys.stderr)
+        return 130
+    if trainer.start_step > 1:
+        print(f"resuming {cfg.run_dir} from step {trainer.start_step - 1}", file=sys.stderr)
+    try:
+        run_dir = trainer.fit()
+    except (TrainingError, InputError) as exc:  # during the steps (a view that cannot render, ...): checkpoints kept
         print(f"training stopped: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -52,3 +52,29 @@ def test_resume_with_a_record_that_is_not_text_is_one_line(one_step_run, tmp_pat
     assert last.startswith("error: ") and f"{run / name}: not UTF-8 text" in last
     assert [line for line in out.stderr.splitlines() if line.startswith("error")] == [last]
     assert _snapshot(run) == before
+
+
+def test_bad_input_met_during_the_steps_stops_with_the_checkpoints_kept(one_step_run, tmp_path, monkeypatch, capsys):
+    """An input error raised by a step (here a view that cannot render, at step 2) is not "nothing was written"
+    (exit 2): the run stopped after its first checkpoint, exit status 1, and step 1 is kept."""
+    import shutil
+
+    from ocsd.replay.views import ViewRenderError
+    from training import train
+    from training.trainer import Trainer
+
+    source, settings = one_step_run
+    run = shutil.copytree(source, tmp_path / "run")
+    real_step = Trainer.train_step
+
+    def step(self, n):
+        if n == 2:
+            raise ViewRenderError("view 'broken' at step 0 of episode x: render returned None, not token ids")
+        return real_step(self, n)
+
+    monkeypatch.setattr(Trainer, "train_step", step)
+    argv = [f"{k}={v}" for k, v in {**settings, "run_dir": run, "total_steps": 2}.items()]
+    assert train.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "training stopped: view 'broken'" in err and "Traceback" not in err
+    assert (run / "global_step_1" / "replay" / "meta.json").is_file() and not (run / "global_step_2").exists()
