@@ -417,16 +417,17 @@ def _collect(args, source: ModelSource, out: Path, views, cfg, games) -> int:
     method = str(source.run_info.get("method", "base")) if source.checkpoint else "base"
     extra = {"source": COLLECT_SOURCE, "checkpoint": str(source.checkpoint) if source.checkpoint else None,
              "seed": cfg.seed, "tasks": cfg.batch_size, "group": cfg.group_size}
-    if not (out / "run.json").exists():  # a folder of several collections keeps its first run.json; each
-        # checkpoint's meta.json names its own source checkpoint and seed
-        RunWriter(out).write_run_json({"run": cfg.run_name, "method": method, "env": cfg.env, "model": source.spec,
-                                       "seed": cfg.seed, "source": COLLECT_SOURCE, "config": cfg.to_dict(),
-                                       "games": games.describe()})
+    first = not (out / "run.json").exists()  # a folder of several collections keeps its first run.json; each
+    # checkpoint's meta.json names its own source checkpoint and seed
     try:
         folder, summary = collect_replay(policy, global_step=source.global_step, views=views,
                                          selection=args.selection, model=source.spec, method=method, extra=extra)
     finally:
         policy.close()
+    if first:  # written once the step is: a collection that fails (a view that cannot render) leaves no run.json
+        RunWriter(out).write_run_json({"run": cfg.run_name, "method": method, "env": cfg.env, "model": source.spec,
+                                       "seed": cfg.seed, "source": COLLECT_SOURCE, "config": cfg.to_dict(),
+                                       "games": games.describe()})
     summary["time/total"] = time.perf_counter() - start
     print(f"collected {summary['trajectories']} trajectories, {summary['steps']} steps "
           f"({summary['selected']} selected, {summary['scored']} scored) at global step {source.global_step} "
@@ -449,9 +450,15 @@ def main(argv: list[str] | None = None) -> int:
             with RunLock(out):
                 check_out_folder(out, source.global_step)
         games = collection_games(cfg)  # before the lock makes --out: unusable task data leaves no folder behind
-        with RunLock(out):  # one writer: refused while another command writes the folder
-            check_out_folder(out, source.global_step)
-            return _collect(args, source, out, views, cfg, games)
+        made = not out.exists()
+        try:
+            with RunLock(out):  # one writer: refused while another command writes the folder
+                check_out_folder(out, source.global_step)
+                return _collect(args, source, out, views, cfg, games)
+        except BaseException:
+            if made and out.is_dir() and not any(out.iterdir()):
+                out.rmdir()  # a collection that failed leaves no empty folder it made behind
+            raise
     except (UsageError, ConfigError, RunInUseError, ModelNotFoundError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -219,3 +219,30 @@ def test_a_run_gives_its_last_complete_checkpoint(tmp_path, tiny_checkpoint, cap
     assert source.checkpoint == run / "global_step_2" and source.global_step == 2
     err = capsys.readouterr().err
     assert f"skipping {run / 'global_step_3'}, an incomplete checkpoint" in err and "using global_step_2" in err
+
+
+BROKEN_VIEW = '''
+from ocsd.replay.views import TemplateView
+
+
+class Broken(TemplateView):
+    """Evidence that is not (kind, text) pairs: the collection stops once it scores."""
+
+    name = "broken"
+
+    def evidence(self, step):
+        return [42]
+'''
+
+
+def test_a_view_that_cannot_render_leaves_nothing_behind(tmp_path, tiny_overrides, capsys):
+    """The view fails only when the collection scores, after its rollouts: one line naming the view, exit 2, and
+    neither a run.json without a step nor the folder the collection made is left behind."""
+    view_file = tmp_path / "broken.py"
+    view_file.write_text(BROKEN_VIEW)
+    out = tmp_path / "collect"
+    rc = main(["--model", "tiny", "--tasks", "1", "--group", "2", "--out", str(out), "--seed", "0",
+               "--views", f"{view_file}:Broken", *tiny_overrides])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'broken'" in err.strip().splitlines()[-1] and "Traceback" not in err
+    assert not out.exists()
