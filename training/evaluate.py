@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ocsd.cli import UsageError, folder_problem, positive_int
+from ocsd.cli import InputError, UsageError, folder_problem, positive_int
 from ocsd.environments import EnvironmentSpec, RuntimeNotImplemented, environment_names, get_environment
 from training.collect import ALL_TASK_TYPES, build_config, resolve_model_source, task_types_note
 
@@ -332,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         metrics = evaluate(runner, games, global_step=source.global_step, spec=spec, runtime=runtime,
                            sampling=sampling, repeats=args.repeats)
+    except InputError as exc:  # met while playing (a server that stopped answering): nothing was written
+        print(f"evaluation stopped: {exc}", file=sys.stderr)
+        return 1
     finally:
         runner.close()
     result = {"model": source.spec, "checkpoint": str(source.checkpoint) if source.checkpoint else None,

@@ -144,3 +144,27 @@ def test_real_goals_catalogue_and_expert(real_goals, capsys):
     won = [r.won for r in results if r.active]
     assert len(won) == sum(len(p) == max(map(len, plays)) for p in plays) and all(won)
     assert "real WebShop goals" in capsys.readouterr().err
+
+
+def test_a_server_that_stops_answering_stops_the_evaluation_in_one_line(generated, monkeypatch, capsys):
+    """The server answers while the tasks load, then goes away before the first episode: one line naming the URL
+    and exit status 1 (the evaluation stopped; nothing was written), not a traceback."""
+    from training.evaluate import main
+    from training.policy import Policy
+
+    srv = WebshopServer(generated.valid[0].shop, [t.goal for t in generated.valid])
+    real_init = Policy.__init__
+
+    def init_then_stop_the_server(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        srv.close()
+
+    monkeypatch.setattr(Policy, "__init__", init_then_stop_the_server)
+    try:
+        rc = main(["--ckpt", "tiny", "--env", "webshop", "--tasks", "2", f"webshop_url={srv.url}",
+                   "webshop_goals=synthetic", "max_steps=2", "max_response_length=8", "progress=false"])
+    finally:
+        srv.close()
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"evaluation stopped: webshop_url: cannot fetch {srv.url}/fixed_0")
