@@ -9,6 +9,9 @@
 #            $CARRY        the ALFWorld engine's packages for Python 3.12 (bash benchmarks/gpu_trainer.sh build)
 #            $GAMES        generated training games (python -m training.envs.alfworld generate --out GAMES ...)
 #            $EVAL_DATA    a folder with json_2.1.1/valid_seen (the ALFWorld release's valid_seen games)
+#            $DEMOS        (optional) prepared warm-start folders (python -m training.sft --prepare: their
+#                          demonstrations/ travel, under the folder's name)
+#            $RUNS         (optional) what earlier machines sent back (NAME.tgz, NAME.actor.tgz.aa, ...), to resume
 #   there: bash results/paper_scale_on_gpu.sh install DIR    checks the parts gathered in DIR, installs vLLM, the
 #                                                            engine and the games, converts the models into $CACHE
 #   here:  git archive -o SNAP.tar HEAD                      the commit to run, so that what runs does not change
@@ -22,8 +25,22 @@
 #                                                            a training run of the paper's config on the generated
 #                                                            games for STEPS (2) steps, to time its phases; the run
 #                                                            folder without weights into $OUT/NAME.tgz
+#   bash results/paper_scale_on_gpu.sh sft NAME CONFIG [key=value...]
+#                                                            a warm start (python -m training.sft) from the carried
+#                                                            demonstrations of NAME, exported with its provenance into
+#                                                            /tmp/warm/NAME and $OUT/NAME.warm.tgz
+#   bash results/paper_scale_on_gpu.sh eval NAME CKPT        CKPT (a warm start, checkpoint or model folder) on
+#                                                            valid_seen as zeroshot does, into $OUT/eval_NAME.json
+#   bash results/paper_scale_on_gpu.sh run NAME METHOD MODEL WARM SEED [key=value...]
+#                                                            a paper-setting run from the warm start WARM with LoRA
+#                                                            (rank 8, lr 2e-5: only the adapter and its optimizer
+#                                                            state, not full weights, fit a transfer back) for STEPS
+#                                                            (50) steps, resuming where a restored run stopped; each
+#                                                            checkpoint's run folder (without weights) and the last
+#                                                            checkpoint's adapter and optimizer state are packed by poll
 #   bash results/paper_scale_on_gpu.sh poll SECONDS          wait up to SECONDS for the jobs; print their progress and
-#                                                            copy what they finished into $OUT
+#                                                            copy what they finished into $OUT (runs: NAME.tgz and
+#                                                            NAME.actor.tgz.aa, ... of their last checkpoint)
 # Settings: CACHE (/tmp/ocsd_cache), WORKERS (12) environment processes per job, VLLM_MEM (0.35) the share of GPU
 # memory each vLLM engine takes, GPUS (all of the machine's), MICRO (8192) update micro-batch tokens and
 # SCORING_TOKENS (16384) replay-scoring batch tokens (a 152k-token vocabulary makes the logits of 32k tokens 20 GB).
@@ -35,7 +52,10 @@ CACHE=${CACHE:-/tmp/ocsd_cache}
 JOBS=/tmp/ps_jobs
 
 bundle() {
-    local dir=${1:?bundle: name the folder} work
+    local dir=${1:?bundle: name the folder} work d
+    for d in $DEMOS; do  # checked before anything is made
+        [ -f "$d/demonstrations/info.json" ] || { echo "bundle: $d has no demonstrations/info.json" >&2; exit 2; }
+    done
     work=$(mktemp -d)
     mkdir -p "$work/stack" "$work/models" "$work/site" "$work/valid" "$dir"
     cp "${STACK_PARTS:?set STACK_PARTS to the stack parts folder}"/* "$work/stack/"
@@ -43,8 +63,13 @@ bundle() {
     cp "${CARRY:-checkpoints/gpu_carry}/site312.tar.xz" "$work/site/"
     cp -r "${GAMES:?set GAMES to the generated games}" "$work/games"
     cp -r "${EVAL_DATA:?set EVAL_DATA to a folder with json_2.1.1/valid_seen}/json_2.1.1" "$work/valid/"
+    mkdir -p "$work/demos" "$work/runs"
+    for d in $DEMOS; do  # only the demonstrations of each prepared warm start
+        mkdir -p "$work/demos/$(basename "$d")" && cp -r "$d/demonstrations" "$work/demos/$(basename "$d")/"
+    done
+    [ -z "$RUNS" ] || cp "$RUNS"/* "$work/runs/"
     rm -f "$dir"/ps.* "$dir/SUMS"
-    tar -cf - -C "$work" stack models site games valid | split -b "${PART_SIZE:-50M}" -d -a 2 - "$dir/ps."
+    tar -cf - -C "$work" stack models site games valid demos runs | split -b "${PART_SIZE:-50M}" -d -a 2 - "$dir/ps."
     (cd "$dir" && sha256sum ps.* > SUMS)
     rm -rf "$work"
     ls "$dir" | wc -l
@@ -60,6 +85,10 @@ install() {
     PY=python3 bash scripts/gpu_stack.sh install $ASSETS/stack /tmp/gpu 2>&1 | grep -v "^INFO\|^WARNING" | tail -2
     PY=python3 bash scripts/gpu_stack.sh models-install $ASSETS/models "$CACHE" 2>&1 | tail -3
     rm -rf $ASSETS/stack $ASSETS/models
+    mkdir -p /tmp/runs
+    for f in $ASSETS/runs/*.tgz; do [ -e "$f" ] && tar -xzf "$f" -C /tmp/runs; done  # runs without weights
+    for f in $ASSETS/runs/*.actor.tgz.aa; do [ -e "$f" ] && cat "${f%.aa}".* | tar -xzf - -C /tmp/runs; done
+    ls /tmp/runs
     echo "installed in $(( $(date +%s) - T0 )) s"
 }
 
@@ -92,6 +121,30 @@ zeroshot)
             rollout_engine=vllm env_workers=${WORKERS:-12} vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} \
             progress=false > /dev/null"
     done ;;
+sft)
+    name=${2:?sft NAME CONFIG [key=value...]} config=${3:?sft NAME CONFIG [key=value...]}
+    shift 3
+    mkdir -p /tmp/sft/$name /tmp/warm && cp -r $ASSETS/demos/$name/demonstrations /tmp/sft/$name/
+    start "$name" "python3 -m training.sft --config $config run_dir=/tmp/sft/$name device=cuda progress=false $* && \
+        python3 -m training.sft --export /tmp/sft/$name --out /tmp/warm/$name && \
+        tar czf $JOBS/out/$name.warm.tgz -C /tmp/warm $name" ;;
+eval)
+    name=${2:?eval NAME CKPT} ckpt=${3:?eval NAME CKPT}
+    start "eval_$name" "python3 -m training.evaluate --ckpt $ckpt --config training/configs/alfworld_paper.yaml \
+        --data $ASSETS/valid --split valid_seen --repeats ${REPEATS:-2} --json --out-file $JOBS/out/eval_$name.json \
+        device=cuda rollout_engine=vllm env_workers=${WORKERS:-12} vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} \
+        progress=false > /dev/null" ;;
+run)
+    name=${2:?run NAME METHOD MODEL WARM SEED} method=${3:?run NAME METHOD MODEL WARM SEED}
+    model=${4:?run NAME METHOD MODEL WARM SEED} warm=${5:?run NAME METHOD MODEL WARM SEED}
+    seed=${6:?run NAME METHOD MODEL WARM SEED}
+    shift 6
+    start "$name" "python3 -m training.train --config training/configs/alfworld_paper.yaml run_dir=/tmp/runs/$name \
+        run_name=$name method=$method model=$model warm_start=$warm seed=$seed lora_rank=8 lora_alpha=16 lr=2e-5 \
+        save_merged=false data=generated games_dir=$ASSETS/games n_val_games=2 total_steps=${STEPS:-50} \
+        save_freq=${SAVE_FREQ:-5} test_freq=0 rollout_engine=vllm env_workers=${WORKERS:-12} \
+        micro_batch_tokens=${MICRO:-8192} scoring_token_budget=${SCORING_TOKENS:-16384} \
+        vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} progress=false $*" ;;
 steps)
     name=${2:?steps NAME MODEL [key=value...]} model=${3:?steps NAME MODEL [key=value...]}
     shift 3
@@ -111,11 +164,19 @@ poll)
     done
     for f in /tmp/runs/*/metrics.jsonl; do [ -e "$f" ] && echo "$f: $(wc -l < "$f") steps"; done
     cp $JOBS/out/* "$OUT/" 2>/dev/null || true
+    for r in /tmp/runs/*/; do  # training runs: the folder without weights, the last checkpoint's adapter and state
+        r=${r%/} name=$(basename "$r")
+        [ -f "$r/run.json" ] && [ -f "$r/metrics.jsonl" ] || continue
+        last=$(ls -d "$r"/global_step_* 2>/dev/null | sort -t_ -k3 -n | tail -1)
+        (cd /tmp/runs && tar czf "$OUT/$name.tgz" --exclude=actor "$name")
+        [ -n "$last" ] && [ -d "$last/actor" ] && (cd /tmp/runs && tar czf - "$name/$(basename "$last")/actor" \
+            | split -b 15M - "$OUT/$name.actor.tgz.")
+    done
     ls -la "$OUT"
     { pgrep -fa "training\.(evaluate|train)" || echo "nothing running"; } | cut -c1-150
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader ;;
 *)
-    echo "usage: bash results/paper_scale_on_gpu.sh bundle DIR | install DIR | zeroshot MODEL... |" \
-         "steps NAME MODEL [key=value...] | poll SECONDS" >&2
+    echo "usage: bash results/paper_scale_on_gpu.sh bundle DIR | install DIR | code SNAP.tar | zeroshot MODEL... |" \
+         "sft NAME CONFIG | eval NAME CKPT | run NAME METHOD MODEL WARM SEED | steps NAME MODEL | poll SECONDS" >&2
     exit 2 ;;
 esac

@@ -1,0 +1,73 @@
+"""``results/paper_scale_on_gpu.sh bundle``: what a GPU machine needs travels in parts that join into the inputs,
+prepared warm starts carry only their demonstrations, and a folder without them is refused before anything is made."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "results" / "paper_scale_on_gpu.sh"
+
+pytestmark = pytest.mark.skipif(shutil.which("tar") is None or shutil.which("split") is None,
+                                reason="needs tar and split")
+
+
+@pytest.fixture()
+def inputs(tmp_path):
+    """Stand-in files in the places the bundle reads (their content is carried as it is)."""
+    made = {}
+    for name, files in {"stack": ["gpu_stack.tar.00", "SHA256SUMS"], "models": ["models.tar.00", "SHA256SUMS"],
+                        "carry": ["site312.tar.xz"], "games/json_2.1.1/train/g": ["game.tw-pddl"],
+                        "eval/json_2.1.1/valid_seen/g": ["game.tw-pddl"],
+                        "sft_q/demonstrations": ["info.json", "train.parquet"], "sft_q": ["sft.json"]}.items():
+        for f in files:
+            path = tmp_path / name / f
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(f"{name}/{f}".encode() * 1000)
+        made[name.split("/")[0]] = tmp_path / name.split("/")[0]
+    return made
+
+
+def _bundle(inputs, out, **extra):
+    env = {"PATH": "/usr/bin:/bin", "STACK_PARTS": str(inputs["stack"]), "MODEL_PARTS": str(inputs["models"]),
+           "CARRY": str(inputs["carry"]), "GAMES": str(inputs["games"]), "EVAL_DATA": str(inputs["eval"]),
+           "PART_SIZE": "20K", **extra}
+    return subprocess.run(["bash", str(SCRIPT), "bundle", str(out)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_bundle_parts_join_into_the_inputs(inputs, tmp_path):
+    out = tmp_path / "parts"
+    done = _bundle(inputs, out, DEMOS=str(inputs["sft_q"]))
+    assert done.returncode == 0, done.stderr
+    parts = sorted(out.glob("ps.*"))
+    assert len(parts) > 1 and all(p.stat().st_size <= 20 * 1024 for p in parts)
+    sums = subprocess.run(["sha256sum", "-c", "SUMS"], cwd=out, capture_output=True, text=True)
+    assert sums.returncode == 0, sums.stdout
+    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts))) as tar:
+        names = {m.name for m in tar.getmembers() if m.isfile()}
+        assert tar.extractfile("demos/sft_q/demonstrations/info.json").read() == \
+            (inputs["sft_q"] / "demonstrations" / "info.json").read_bytes()
+    assert {"stack/gpu_stack.tar.00", "models/models.tar.00", "site/site312.tar.xz",
+            "games/json_2.1.1/train/g/game.tw-pddl", "valid/json_2.1.1/valid_seen/g/game.tw-pddl"} <= names
+    assert "demos/sft_q/sft.json" not in names  # only the demonstrations of a prepared warm start travel
+
+
+def test_a_warm_start_folder_without_demonstrations_is_refused(inputs, tmp_path):
+    out = tmp_path / "parts"
+    done = _bundle(inputs, out, DEMOS=str(inputs["games"]))
+    assert done.returncode == 2 and "has no demonstrations/info.json" in done.stderr
+    assert not list(out.glob("ps.*"))
+
+
+def test_usage_names_every_command():
+    done = subprocess.run(["bash", str(SCRIPT), "banana"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    for command in ("bundle", "install", "code", "zeroshot", "sft", "eval", "run", "steps", "poll"):
+        assert command in done.stderr
