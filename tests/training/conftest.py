@@ -51,8 +51,9 @@ def tiny_overrides(alfworld_games) -> list[str]:
             "generation_batch=8", "env_workers=1"]
 
 
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory, alfworld_games) -> Path:
+def tiny_run_checkpoint(run: Path, *, step: int, seed: int, run_info: dict, config: dict) -> Path:
+    """``run/global_step_<step>`` in the trainer's layout holding a tiny random model (weights seeded by ``seed``,
+    SmolLM2's tokenizer), with ``run.json`` (``run_info`` and ``config``) beside it; skips without the tokenizer."""
     import torch
 
     from ocsd.replay.models import ModelNotFoundError, load_tokenizer, tiny_model
@@ -61,15 +62,21 @@ def tiny_checkpoint(tmp_path_factory, alfworld_games) -> Path:
         tokenizer = load_tokenizer("smollm2")
     except ModelNotFoundError as err:
         pytest.skip(f"SmolLM2's tokenizer is not available: {err}")
-    run = tmp_path_factory.mktemp("cmd_run")
-    actor = run / "global_step_7" / "actor"
+    actor = run / f"global_step_{step}" / "actor"
     actor.mkdir(parents=True)
-    tiny_model(vocab_size=len(tokenizer), seed=3).save_pretrained(actor, safe_serialization=True)
+    tiny_model(vocab_size=len(tokenizer), seed=seed).save_pretrained(actor, safe_serialization=True)
     tokenizer.save_pretrained(actor)
-    torch.save({"global_step": 7, "optimizer": {}}, actor / "trainer_state.pt")
-    config = {"env": "alfworld", "max_steps": 2, "max_response_length": 8, "history_length": 1,
-              "max_prompt_length": 1024, "rho": 0.5, "beta": 0.5, "data": "generated",
-              "games_dir": str(alfworld_games), "n_train_games": 2, "n_val_games": 2, "device": "cuda", "lora_rank": 8}
-    (run / "run.json").write_text(json.dumps({"schema_version": 1, "run": "tinyrun", "method": "ocsd",
-                                              "env": "alfworld", "model": "tiny", "seed": 0, "config": config}))
-    return run / "global_step_7"
+    torch.save({"global_step": step, "optimizer": {}}, actor / "trainer_state.pt")
+    base = {"env": "alfworld", "max_steps": 2, "max_response_length": 8, "history_length": 1,
+            "max_prompt_length": 1024, "data": "generated"}
+    (run / "run.json").write_text(json.dumps({"schema_version": 1, "env": "alfworld", "model": "tiny", "seed": 0,
+                                              **run_info, "config": {**base, **config}}))
+    return run / f"global_step_{step}"
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory, alfworld_games) -> Path:
+    return tiny_run_checkpoint(tmp_path_factory.mktemp("cmd_run"), step=7, seed=3,
+                               run_info={"run": "tinyrun", "method": "ocsd"},
+                               config={"rho": 0.5, "beta": 0.5, "games_dir": str(alfworld_games), "n_train_games": 2,
+                                       "n_val_games": 2, "device": "cuda", "lora_rank": 8})

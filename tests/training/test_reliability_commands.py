@@ -197,27 +197,13 @@ def test_warm_start_of_another_base_model_is_refused(tiny_checkpoint, smollm2_la
 @pytest.fixture(scope="module")
 def look_checkpoint(tmp_path_factory, alfworld_games) -> Path:
     """A tiny checkpoint of a run trained on look tasks only, with its own games folder."""
-    import torch
+    from tests.training.conftest import tiny_run_checkpoint
 
-    from ocsd.replay.models import ModelNotFoundError, load_tokenizer, tiny_model
-
-    try:
-        tokenizer = load_tokenizer("smollm2")
-    except ModelNotFoundError as err:
-        pytest.skip(f"SmolLM2's tokenizer is not available: {err}")
     run = tmp_path_factory.mktemp("look_run")
-    actor = run / "global_step_3" / "actor"
-    actor.mkdir(parents=True)
-    tiny_model(vocab_size=len(tokenizer), seed=1).save_pretrained(actor, safe_serialization=True)
-    tokenizer.save_pretrained(actor)
-    torch.save({"global_step": 3, "optimizer": {}}, actor / "trainer_state.pt")
-    config = {"env": "alfworld", "max_steps": 2, "max_response_length": 8, "history_length": 1,
-              "max_prompt_length": 1024, "data": "generated", "games_dir": str(run / "games"), "n_train_games": 1,
-              "n_val_games": 1, "task_types": "look"}
     (run / "games").mkdir()
-    (run / "run.json").write_text(json.dumps({"schema_version": 1, "run": "lookrun", "method": "grpo",
-                                              "env": "alfworld", "model": "tiny", "seed": 0, "config": config}))
-    return run / "global_step_3"
+    return tiny_run_checkpoint(run, step=3, seed=1, run_info={"run": "lookrun", "method": "grpo"},
+                               config={"games_dir": str(run / "games"), "n_train_games": 1, "n_val_games": 1,
+                                       "task_types": "look"})
 
 
 def test_evaluate_and_collect_play_the_runs_task_types(look_checkpoint, tmp_path, capsys):

@@ -24,7 +24,8 @@ _TREAT = re.compile(r"^(heat|cool|clean) (.+) with (.+)$")
 _GO = re.compile(r"^go to (.+)$")
 _OPEN = re.compile(r"^open (.+)$")
 _USE = re.compile(r"^(?:use|toggle) (.+)$")
-_PAST = {"heat": "heated", "cool": "cooled", "clean": "cleaned"}
+PAST = {"heat": "heated", "cool": "cooled", "clean": "cleaned"}
+"""The past tense of each treatment, in the reasons (shared by the experts)."""
 
 
 def item_class(name: str) -> str:
@@ -60,7 +61,7 @@ def _go_reason(place: str, holding: str | None, nxt: str, after: str, task: str)
         return (f"I need light to look at the {target}. There is {_a(item_class(use.group(1)))} at {place}, "
                 f"so I go there.")
     if holding and treat:
-        return (f"I have the {item_class(holding)}. It must be {_PAST[treat.group(1)]} first, "
+        return (f"I have the {item_class(holding)}. It must be {PAST[treat.group(1)]} first, "
                 f"so I go to {place}.")
     if holding and _put(lead):
         return f"I have the {item_class(holding)}. I go to {place} to put it there."

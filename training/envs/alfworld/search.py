@@ -32,8 +32,9 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ocsd.environments.alfworld import ALFWORLD
-from training.envs.alfworld.expert import item_class
+from training.envs.alfworld.expert import PAST, item_class
 from training.envs.alfworld.game import GameSpec
+from training.envs.alfworld.gen import APPLIANCE
 
 __all__ = ["PRIORS", "SearchExpert", "SearchPlay", "TaskGoal", "parse_task", "receptacle_class", "search_expert",
            "search_order", "search_play", "search_summary"]
@@ -87,8 +88,7 @@ PRIORS: dict[str, tuple[str, ...]] = {
 
 _INSIDE = frozenset({"cabinet", "drawer", "fridge", "microwave", "garbagecan", "safe", "laundryhamper", "sinkbasin",
                      "bathtubbasin", "box", "toaster", "coffeemachine"})
-_APPLIANCE = {"clean": "sinkbasin", "heat": "microwave", "cool": "fridge"}
-_PAST = {"clean": "cleaned", "heat": "heated", "cool": "cooled"}
+_APPLIANCE = {kind: cls.lower() for kind, cls in APPLIANCE.items()}  # sinkbasin, microwave, fridge
 _TREAT_WORD = {"clean": "clean", "hot": "heat", "heat": "heat", "cool": "cool"}
 
 _LOOK = re.compile(r"^(?:look at|examine the) (\S+) (?:under|with) the (\S+)$")
@@ -361,7 +361,7 @@ class SearchExpert:
                 kind = goal.task_type
                 appliance = self._instance(_APPLIANCE[kind])
                 if appliance is None or not (yield from self._go(
-                        appliance, f"I have the {obj}. It must be {_PAST[kind]} first, so I go to {appliance}.")):
+                        appliance, f"I have the {obj}. It must be {PAST[kind]} first, so I go to {appliance}.")):
                     return
                 yield f"{kind} {name} with {appliance}", f"I {kind} the {obj} with {appliance}, as the task asks."
                 if not self.feedback.startswith(f"You {kind} the {name}"):
