@@ -1,6 +1,6 @@
 """The options every ``python -m diagnostics.<name>`` command takes, and loading what they name.
 
-Input: ``--ckpt DIR`` (repeatable, pooled; a checkpoint named twice is read once) or ``--run DIR``,
+Input: ``--ckpt DIR`` or ``--run DIR`` (each repeatable, pooled; a checkpoint named twice is read once),
 ``--steps selected|all`` and ``--total-steps L``; bootstrap: ``--n-boot``, ``--ci``, ``--seed``; output:
 ``--json``. Exit codes, tables, the JSON output and the ``argparse`` types of output folders and seeds
 follow :mod:`ocsd.cli`: a bad value is refused while the command line is parsed, before any work.
@@ -50,7 +50,8 @@ def command_parser(prog: str, description: str, *, bootstrap: bool = True) -> ar
     src = parser.add_argument_group("input")
     src.add_argument("--ckpt", action="append", default=[], metavar="DIR",
                      help="checkpoint folder global_step_N (or its replay/); repeat to pool several")
-    src.add_argument("--run", metavar="DIR", help="run folder: all complete checkpoints in it")
+    src.add_argument("--run", action="append", default=[], metavar="DIR",
+                     help="run folder: all complete checkpoints in it; repeat to pool several runs")
     add_selection_options(src)
     if bootstrap:
         add_bootstrap_options(parser)
@@ -70,8 +71,8 @@ def load_args(args: argparse.Namespace, *, properties=None) -> DiagData:
     from diagnostics.load import DiagnosticsError, load  # the figures import this module's types only
 
     if args.run and args.ckpt:
-        raise DiagnosticsError("give either --run DIR or --ckpt DIR (repeatable), not both")
-    paths = [args.run] if args.run else list(args.ckpt)
+        raise DiagnosticsError("give either --run DIR or --ckpt DIR (each repeatable), not both")
+    paths = list(args.run) if args.run else list(args.ckpt)
     if not paths:
         raise DiagnosticsError("no input: give --run DIR or --ckpt DIR")
     if getattr(args, "n_boot", 1) < 1:

@@ -138,7 +138,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     data = load_args(args)
     result = build_report(data, args.out, n_boot=args.n_boot, ci=args.ci, seed=args.seed, top=args.top,
-                          source=args.run or ", ".join(args.ckpt))
+                          source=", ".join(args.run or args.ckpt))
     table = "\n\n".join([auroc.table(result["auroc"], args.ci), robustness.table(result["robustness"], args.ci),
                          dratio.table(result["dratio"], args.ci), tails.table(result["tails"]),
                          f"wrote {result['files']['report']}\n"

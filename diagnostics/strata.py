@@ -342,7 +342,7 @@ def _main(argv: Sequence[str] | None) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         path = out / f"strata_{args.by}.json"
-        write_json(path, {**result, "source": args.run or ", ".join(args.ckpt)})
+        write_json(path, {**result, "source": ", ".join(args.run or args.ckpt)})
         text += f"wrote {path}\npicture: python -m figures.panels {path}\n"
     emit(args.json, result, text)
     return 0
