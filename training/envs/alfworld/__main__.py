@@ -4,8 +4,8 @@
 * ``play``: play a game file (the planner's walkthrough, or ``--actions``) and print the labelled transcript;
 * ``list``: the solvable games of a data folder.
 
-A bad flag, an ``--out`` that is a file, a game file that is a folder or not text: one ``error:`` line and exit
-status 2, before any work.
+A bad flag (a negative ``--seed`` included), an ``--out`` that is a file, a game file that is a folder or not
+text, a ``list --data`` folder without games: one ``error:`` line and exit status 2, before any work.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ocsd.cli import output_folder, positive_int
+from ocsd.cli import non_negative_int, output_folder, positive_int
 from ocsd.environments.alfworld import ALFWORLD
 import training.envs.alfworld as alfworld
 from training.envs.alfworld import SHORT_TASK_TYPES, SPLITS, AlfworldDataError, generate_games, play, scan_games
@@ -73,6 +73,10 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     scan = scan_games(args.data, split=args.split)
+    if not args.split and not scan.specs and not scan.unsolvable:
+        raise AlfworldDataError(f"--data: the folder {args.data or '$ALFWORLD_DATA'} holds no .tw-pddl game (expected "
+                                f"json_2.1.1/<split>/<task>/<trial>/game.tw-pddl, or a flat folder of .tw-pddl "
+                                f"files)")
     if args.split and not scan.specs and not scan.unsolvable:
         present = sorted({s.split for s in scan_games(args.data).specs})
         raise AlfworldDataError(f"--split {args.split!r}: the data folder {args.data or '$ALFWORLD_DATA'} has no "
@@ -92,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--out", required=True, type=output_folder,
                    help="output folder (games go to OUT/json_2.1.1/SPLIT/...)")
     g.add_argument("--n", type=positive_int("--n"), default=200, help="number of games")
-    g.add_argument("--seed", type=int, default=0, help="generator seed")
+    g.add_argument("--seed", type=non_negative_int("--seed"), default=0, help="generator seed (>= 0)")
     g.add_argument("--split", default="train", choices=tuple(SPLITS), help="split to write")
     g.add_argument("--task-types", type=_task_types, default=None,
                    help="comma-separated subset of " + ",".join(SHORT_TASK_TYPES))
