@@ -21,7 +21,8 @@ from typing import Callable, Sequence
 
 from figures import fig1_example, fig2_diagnosis, fig4_dynamics, fig5_swap, fig6_cost, fig7_sensitivity, tables
 from ocsd.cli import non_negative_int
-from figures._common import FigureError, SkipFigure, add_output_options, check_run_dir, load_runs
+from figures._common import (FigureError, SkipFigure, add_output_options, check_paper_model, check_run_dir,
+                             load_runs)
 from ocsd.cli import entry_point, positive_int
 from ocsd.records import RecordError
 
@@ -103,6 +104,8 @@ def _main(argv: Sequence[str] | None) -> int:
                              "(Table 1, Fig. 7; Fig. 2 marks the paper's AUROCs; Fig. 5 adds the paper's three "
                              "swap settings)")
     args = parser.parse_args(argv)
+    if args.paper_reference is not None:  # every flag is checked before any figure is drawn
+        check_paper_model(args.paper_reference)
     runs = [check_run_dir(r) for r in args.run]
     if args.index:
         usable, skipped = tables.read_index(args.index)
