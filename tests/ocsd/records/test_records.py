@@ -234,8 +234,12 @@ def test_cli_main_in_process(ckpt, tmp_path, capsys):
 
     assert main(["validate", str(ckpt.parent)]) == 0
     assert capsys.readouterr().out == "ok\n"
-    assert main(["validate", str(tmp_path / "nope")]) == 1
-    assert capsys.readouterr().out == f"{tmp_path / 'nope'}: no such file or folder\n"
+    with pytest.raises(SystemExit) as missing:  # a missing path is a usage error, before anything is validated
+        main(["validate", str(ckpt.parent), str(tmp_path / "nope")])
+    assert missing.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.strip().splitlines()[-1].endswith(
+        f"{tmp_path / 'nope'}: no such file or folder")
     with pytest.raises(SystemExit) as exit_info:
         main(["check", str(ckpt)])
     assert exit_info.value.code == 2
