@@ -94,9 +94,10 @@ SHARE = Range(0, 1, low_open=True)
 """A number in (0, 1]: a share that cannot be empty."""
 
 
-def setting(text: str, default: Any, allowed: Range | None = None) -> Any:
-    """A field with its one-line description and, for a numeric setting, its :class:`Range`."""
-    return field(default=default, metadata={"doc": text, "range": allowed})
+def setting(text: str, default: Any, allowed: Range | None = None, *, env: str | None = None) -> Any:
+    """A field with its one-line description and, for a numeric setting, its :class:`Range`; ``env`` names the
+    environment the setting belongs to (None: every environment's), see :func:`check_env_settings`."""
+    return field(default=default, metadata={"doc": text, "range": allowed, "env": env})
 
 
 _doc = setting  # the short spelling of the fields below
@@ -145,17 +146,20 @@ class TrainConfig:
     # Search-R1's retrieval client: topk 3 and a 30 s timeout (SDAR agent_system/environments/env_package/search/
     # third_party/skyrl_gym/tools/search.py:15,23)
     retrieval_urls: str | None = _doc("Search-QA: comma-separated retrieval server URLs (Search-R1 protocol, POST "
-                                      "/retrieve), used in turn; unset: the built-in BM25 server", None)
+                                      "/retrieve), used in turn; unset: the built-in BM25 server", None,
+                                      env="searchqa")
     retrieval_corpus: str | None = _doc("Search-QA without retrieval_urls: the built-in BM25 server's corpus, 'wiki' "
                                         "(Wikipedia lead summaries) or 'hotpotqa' (the questions' own paragraphs); "
                                         "a data folder needs it or retrieval_urls; data=generated searches wiki",
-                                        None)
-    retrieval_topk: int = _doc("Search-QA: passages returned per search", 3, COUNT)
-    retrieval_timeout: float = _doc("Search-QA: seconds to wait for a retrieval server", 30.0, POSITIVE)
+                                        None, env="searchqa")
+    retrieval_topk: int = _doc("Search-QA: passages returned per search", 3, COUNT, env="searchqa")
+    retrieval_timeout: float = _doc("Search-QA: seconds to wait for a retrieval server", 30.0, POSITIVE,
+                                    env="searchqa")
     webshop_url: str | None = _doc("WebShop: URL of a WebShop server (web_agent_site); unset: the built-in offline "
-                                   "shop", None)
+                                   "shop", None, env="webshop")
     webshop_goals: str | None = _doc("WebShop with webshop_url: the goals the server holds, 'synthetic' (SDAR's "
-                                     "protocol) or 'human' (WebShop's own app); required there", None)
+                                     "protocol) or 'human' (WebShop's own app); required there", None,
+                                     env="webshop")
     # SDAR verl/trainer/ppo/ray_trainer.py:200-217 (penalty on the step's own sample) and core_algos.py:113-174
     reward_mode: str = _doc("'sdar': each step scores 10*won minus its own invalid-action penalty, GRPO over "
                             "the group's step samples (SDAR's runs); 'trajectory': won minus every penalty of "
@@ -251,6 +255,7 @@ class TrainConfig:
         if self.invalid_action_penalty is None:  # the environment's (SDAR's) penalty
             object.__setattr__(self, "invalid_action_penalty", get_environment(self.env).invalid_action_penalty)
         check_ranges(self)
+        check_env_settings(self)
         known = get_environment(self.env).task_types
         unknown = [kind for kind in task_type_list(self.task_types) or () if kind not in known]
         if unknown or (self.task_types is not None and not task_type_list(self.task_types)):
@@ -337,6 +342,24 @@ def check_ranges(config: Any) -> None:
         allowed = item.metadata.get("range")
         if allowed is not None and getattr(config, item.name) not in allowed:
             raise ConfigError(f"{item.name}={getattr(config, item.name)!r}: must be {allowed}")
+
+
+def check_env_settings(config: Any) -> None:
+    """Refuse a setting of another environment than the config's ``env`` (a field whose metadata names its
+    environment, such as ``webshop_url`` or ``retrieval_urls``) set to other than its default: it would not be used,
+    yet the run would record it.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first such setting, its environment and ``env``.
+    """
+    for item in fields(config):
+        owner = item.metadata.get("env")
+        if owner is None or owner == config.env or getattr(config, item.name) == item.default:
+            continue
+        raise ConfigError(f"{item.name}={getattr(config, item.name)!r}: a setting of env={owner}, unused with "
+                          f"env={config.env}; leave it out, or set env={owner}")
 
 
 def check_common(config: Any) -> None:

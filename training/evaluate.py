@@ -10,12 +10,15 @@ printed on stderr. Every task of the split is played (SDAR validates on a seeded
 task K times with different sampling seeds and reports the mean success with a percentile bootstrap
 interval over tasks (:func:`diagnostics.runs.task_bootstrap`), so that two methods can be compared.
 Prints a table, or one JSON object with ``--json``; ``--out`` writes ``eval.json`` next to the checkpoint
-(``--out-file PATH``: to that ``.json`` file, or into that folder). Flags, the config and where the
-result goes are checked before the evaluation starts.
+(``--out-file PATH``: to that ``.json`` file, or into that folder; not both). An existing file is replaced only
+when it holds an earlier result of this command (a line on stderr says so); any other file, and any place inside a
+checkpoint's ``replay/`` folder, is refused. Flags, the config and where the result goes are checked before the
+evaluation starts.
 
 Evaluation games: real games of ``--split`` from ``--data`` or ``$ALFWORLD_DATA`` (the ALFWorld release's
 ``valid_seen`` has 140 solvable games), or generated validation games in ``games_dir`` with
-``--data generated``; with none of them the command stops.
+``--data generated`` (the first ``n_val_games`` of them unless ``--tasks N``; they have no splits, so ``--split``
+is refused with them); with none of them the command stops.
 
 The protocol is the environment's registry entry (:mod:`ocsd.environments`: step cap, splits, metric
 names) and its runtime (evaluation tasks and metrics, :class:`training.envs.runtime.EnvironmentRuntime`);
@@ -222,7 +225,22 @@ def _interval(row: dict) -> str:
     return f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]" if "ci_low" in row else ""
 
 
+RESULT_KEYS = ("success_rate", "tasks_from", "global_step")
+"""Keys every result of this command has: an existing ``--out``/``--out-file`` file without them is not one."""
+
+
 def _out_path(out: bool, out_file: str | None, checkpoint: Path | None) -> Path | None:
+    """Where the result goes: ``--out-file`` (a ``.json`` file, else ``eval.json`` in that folder), ``--out``
+    (``eval.json`` next to the checkpoint) or None.
+
+    Raises
+    ------
+    UsageError
+        For ``--out`` with ``--out-file``, or ``--out`` of a base model.
+    """
+    if out and out_file:
+        raise UsageError("--out and --out-file: name one place for the result (--out writes eval.json next to the "
+                         "checkpoint, --out-file PATH writes to PATH)")
     if out_file:
         path = Path(out_file)
         return path if path.suffix == ".json" and not path.is_dir() else path / "eval.json"
@@ -235,11 +253,38 @@ def _out_path(out: bool, out_file: str | None, checkpoint: Path | None) -> Path 
 
 
 def _out_problem(path: Path) -> str | None:
-    """Why the result cannot be written to ``path`` (it is a folder, a folder above it is a file, or its folder
-    cannot be written), or None."""
+    """Why the result cannot be written to ``path`` (it is a folder, a folder above it is a file, its folder cannot
+    be written, it lies inside a checkpoint's ``replay/`` folder, or it is an existing file that is not an earlier
+    result of this command), or None."""
     if path.is_dir():
         return f"{path} is a folder, not a file"
+    replay = next((p for p in path.resolve().parents if p.name == "replay" and p.parent.name.startswith("global_step_")), None)
+    if replay is not None:
+        return f"{path} lies inside the checkpoint's replay folder {replay}; write the result elsewhere"
+    if path.is_file() and not is_evaluation_result(path):
+        return (f"{path} exists and is not an evaluation result of this command (no {', '.join(RESULT_KEYS)}); "
+                f"it is not replaced, choose another file")
     return folder_problem(path.parent, write=True)
+
+
+def is_evaluation_result(path: Path) -> bool:
+    """Whether ``path`` is a file holding a JSON object with every key of :data:`RESULT_KEYS` (a result of this
+    command, which ``--out``/``--out-file`` may replace)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and all(key in data for key in RESULT_KEYS)
+
+
+def task_count(tasks: int | None, cfg) -> int | None:
+    """How many evaluation tasks to play: ``--tasks``, else ``n_val_games`` for generated tasks, else None (every
+    task of the split)."""
+    from training.config import GENERATED
+
+    if tasks is not None:
+        return tasks
+    return cfg.n_val_games if cfg.data == GENERATED else None
 
 
 def _unused_sampling_flags(args, cfg) -> list[str]:
@@ -259,7 +304,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--env", default="alfworld", choices=environment_names(), help="environment (default alfworld)")
     p.add_argument("--tasks", type=positive_int("--tasks"), default=None,
                    help="evaluate the first N tasks (default: every task of the split; generated: n_val_games)")
-    p.add_argument("--split", default=None, help="evaluation split (ALFWorld: valid_seen or valid_unseen)")
+    p.add_argument("--split", default=None,
+                   help="evaluation split of real data (ALFWorld: valid_seen or valid_unseen; not with generated data)")
     p.add_argument("--data", help="real ALFWorld data folder (else $ALFWORLD_DATA), or 'generated' for generated "
                                   "validation games")
     p.add_argument("--repeats", type=positive_int("--repeats"), default=1,
@@ -273,7 +319,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"comma-separated task types to play, or '{ALL_TASK_TYPES}' (default: the run's task_types)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--out", action="store_true", help="write eval.json next to the checkpoint (global_step_N/)")
-    p.add_argument("--out-file", help="write the JSON result to this file (or PATH/eval.json for a folder)")
+    p.add_argument("--out-file", help="write the JSON result to this file (or PATH/eval.json for a folder); an "
+                                      "existing file only if it is an earlier result; not with --out")
     p.add_argument("--config", help="YAML config whose keys apply before the overrides")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (e.g. max_response_length=)")
     return p
@@ -307,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.tasks is not None:
             flags["n_val_games"] = args.tasks
         cfg = build_config(source, config_path=args.config, overrides=args.overrides, flags=flags)
+        if args.split is not None and cfg.data == GENERATED:
+            raise UsageError(f"--split {args.split}: generated validation games have no splits (data=generated "
+                             f"plays the generated validation games); leave --split out, or name real data with --data")
         unused = _unused_sampling_flags(args, cfg)
         if unused:
             greedy = "--greedy" if args.greedy else "val_do_sample=false"
@@ -316,8 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
+    replaces = out is not None and out.is_file()  # an earlier result (any other file was refused above)
     try:
-        games, origin = runtime.evaluation_tasks(cfg, args.split, args.tasks)
+        games, origin = runtime.evaluation_tasks(cfg, args.split, task_count(args.tasks, cfg))
     except runtime.data_error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -350,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {'--out-file' if args.out_file else '--out'}: cannot write {out} ({exc.strerror or exc}); "
                   f"the result is printed above", file=sys.stderr)
             return 1
+        if replaces:
+            print(f"replaced the earlier evaluation result in {out}", file=sys.stderr)
         if not args.json:
             print(f"written to {out}")
     return 0
