@@ -69,6 +69,19 @@ def _complete(folder: Path, model: str, steps: Sequence[int] | None) -> bool:
     return info.get("scorer") == model and bool(have) and (steps is None or set(steps) <= have)
 
 
+def _missing(run: Path, folder: Path, steps: Sequence[int] | None) -> list[int] | None:
+    """The wanted checkpoints (``None``: all of the run's) that ``folder`` does not hold re-scored yet."""
+    def complete(root: Path) -> set[int]:
+        if not root.is_dir():
+            return set()
+        return {s for s, p in checkpoint_dirs(root) if (p / "replay" / "meta.json").is_file()}
+
+    have = complete(folder)
+    if not have:
+        return None if steps is None else list(steps)
+    return [s for s in (steps if steps is not None else sorted(complete(run))) if s not in have]
+
+
 def _parameters(folder: Path) -> int | None:
     """The scorer's parameter count that :func:`rescoring.rescore_run.rescore_run` wrote into ``run.json``."""
     return read_run_info(folder).get("scorer_parameters")
@@ -140,7 +153,8 @@ def _rung(model: str, runs: Sequence[Path], out: Path, steps, *, device, dtype, 
         folders = {r.name: out / model_slug(model) / r.name for r in runs}
         for run, folder in zip(runs, folders.values()):
             if not _complete(folder, model, steps):
-                rescore_run(run, model, folder, ckpt_steps=steps, device=device, dtype=dtype, progress=progress)
+                rescore_run(run, model, folder, ckpt_steps=_missing(run, folder, steps), device=device,
+                            dtype=dtype, progress=progress)
         params = _parameters(next(iter(folders.values())))
     score_s = time.perf_counter() - t0
     def checkpoints(folder: Path) -> list[Path]:  # what the diagnostics load of a run: its steps, or all of it

@@ -174,18 +174,34 @@ def _source_tokenizer(run: Path, given: str | None):
     return policy_tokenizer(str(name))
 
 
-def _prepare_out(out: Path, run: Path) -> None:
-    """Refuse to write into the run itself or over a folder that is not an earlier re-scoring."""
+def _same_place(a: str, b: str) -> bool:
+    """Whether two run folders or model names given on command lines name the same thing."""
+    return a == b or (Path(a).exists() and Path(b).exists() and Path(a).resolve() == Path(b).resolve())
+
+
+def _prepare_out(out: Path, run: Path, model: str, ckpts: Sequence[Checkpoint] = ()) -> None:
+    """Refuse to write into the run itself, over a folder that is not an earlier re-scoring, over a re-scoring of
+    another run or by another scorer, or over checkpoints this re-scoring already holds (it may add missing ones).
+    """
     if out.resolve() == run.resolve():
         raise DiagnosticsError(f"--out {out}: that is the run itself; name a new folder")
-    if out.exists() and any(out.iterdir()):
-        info = out / "run.json"
-        try:
-            rescored = "rescored_from" in read_run_info(out) if info.is_file() else False
-        except RecordError:
-            rescored = False
-        if not rescored:
-            raise DiagnosticsError(f"--out {out} exists and is not a re-scored run; name a new folder")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    info = out / "run.json"
+    try:
+        earlier = read_run_info(out) if info.is_file() else {}
+    except RecordError:
+        earlier = {}
+    if "rescored_from" not in earlier:
+        raise DiagnosticsError(f"--out {out} exists and is not a re-scored run; name a new folder")
+    source, scorer = str(earlier["rescored_from"]), str(earlier.get("scorer"))
+    if not _same_place(source, str(run)) or not _same_place(scorer, model):
+        raise DiagnosticsError(f"--out {out} holds the re-scoring of {source} by {scorer}, not of {run} by {model}; "
+                               f"name a new folder")
+    done = [c.folder.name for c in ckpts if (out / c.folder.name / "replay" / "meta.json").is_file()]
+    if done:
+        raise DiagnosticsError(f"--out {out} already holds {', '.join(done)} re-scored by {model}; leave them out "
+                               f"of --ckpt-steps (missing checkpoints may be added) or name a new folder")
 
 
 def rescore_run(run: str | Path, model: str, out: str | Path, *, ckpt_steps: Sequence[int] | None = None,
@@ -200,9 +216,10 @@ def rescore_run(run: str | Path, model: str, out: str | Path, *, ckpt_steps: Seq
         "checkpoints": [{"global_step", "scored", "skipped"}], "seconds"}``.
     """
     run, out = Path(run), Path(out)
-    _prepare_out(out, run)
+    _prepare_out(out, run, model)
     settings = run_settings(run)
     ckpts = run_checkpoints(run, ckpt_steps, model=model, default="all")
+    _prepare_out(out, run, model, ckpts)
     device = scoring_device(device, settings)
     dtype = dtype or str(settings.get("dtype") or "float32")
     t0 = time.perf_counter()
@@ -222,7 +239,7 @@ def rescore_run(run: str | Path, model: str, out: str | Path, *, ckpt_steps: Seq
         steps, tokens, meta = rescore_checkpoint(ckpt, rescorer, retokenize, scorer=model, max_steps=max_steps,
                                                  progress=progress)
         target = out / ckpt.folder.name / "replay"
-        if target.exists():
+        if target.exists():  # left by a re-scoring that stopped before its meta.json (_prepare_out)
             shutil.rmtree(target)
         write_replay(target, steps, tokens, meta)
         summary.append({"global_step": ckpt.global_step, "scored": int(steps["scored"].sum()),
