@@ -54,8 +54,8 @@ from diagnostics import tails
 from diagnostics.bootstrap import paired_delta_auroc
 from diagnostics.load import DiagnosticsError, from_replay
 from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, check_out, check_weights_flags,
-                               checkpoint_rescorers, parse_steps, rescoring_entry_point, rescoring_parser,
-                               run_checkpoints, run_label)
+                               check_scorer_tokenizer, checkpoint_rescorers, parse_steps, rescoring_entry_point,
+                               rescoring_parser, run_checkpoints, run_label)
 from diagnostics.stats import DegenerateInputWarning
 from diagnostics.verdicts import audit_points
 from rescoring.swap import swap_auroc, swap_drop, swap_plan, swap_scores
@@ -201,6 +201,7 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
         ``{"baseline", "design"}`` -> tail-rate tables (for the word clouds).
     """
     base, design = Design.of(baseline), Design.of(view, twin)
+    check_scorer_tokenizer(run, model)
     ckpts = run_checkpoints(run, ckpt_steps, model=model, default="all")
     env = str(ckpts[0].meta["env"])
     step_frames, token_frames, unrendered = [], [], []
@@ -407,6 +408,7 @@ def _main(argv: Sequence[str] | None) -> int:
         view = load_view(args.view)
     except ValueError as exc:
         raise DiagnosticsError(f"--view: {exc}") from None
+    check_scorer_tokenizer(args.run, args.model)  # before the output folder is made
     out = check_out(args.out or Path(args.run) / f"audit_{view.name}",
                     "--out" if args.out else f"--out (default RUN/audit_{view.name})")
     result = build_audit(args.run, view, out, twin=args.twin, baseline=args.baseline,

@@ -32,8 +32,8 @@ from ocsd.replay.render import RenderedStep, render_steps
 from ocsd.replay.views import ReplayView, StepRecord
 
 __all__ = ["Checkpoint", "Rescorer", "checkpoint_weights", "model_weights", "parse_steps", "check_bootstrap",
-           "check_out", "check_weights_flags", "rescoring_entry_point", "rescoring_parser", "run_checkpoints",
-           "run_label", "scoring_device", "stored_residual_gap", "swapped_record"]
+           "check_out", "check_scorer_tokenizer", "check_weights_flags", "rescoring_entry_point", "rescoring_parser", "run_checkpoints",
+           "run_label", "run_tokenizer_model", "scoring_device", "stored_residual_gap", "swapped_record"]
 
 PAPER_CHECKPOINTS = (10, 50, 100, 150)
 """Checkpoints of the paper's observation-swapping analysis (appendix "Observation-Swapping Sensitivity
@@ -186,6 +186,48 @@ def run_settings(run: str | Path) -> dict:
     """The run's config (``run.json``), empty when it has none this suite can read."""
     config = _run_info(run).get("config")
     return config if isinstance(config, dict) else {}
+
+
+def run_tokenizer_model(run: str | Path) -> str | None:
+    """The model whose tokenizer wrote the run's stored token ids: the scorer of a re-scored run
+    (:mod:`rescoring.rescore_run`), else the policy of ``run.json`` (``None`` when it names none)."""
+    info = _run_info(run)
+    if "rescored_from" in info:
+        return str(info["scorer"]) if info.get("scorer") else None
+    name = run_settings(run).get("model") or info.get("model")
+    return str(name) if name else None
+
+
+def _scorer_tokenizer(model: str):
+    """The tokenizer of ``--model`` (an exported warm start's is its base model's), loaded without the weights."""
+    from training.policy import policy_tokenizer
+
+    path = Path(model)
+    if (path / "adapter_config.json").is_file() and not (path / "tokenizer_config.json").is_file():
+        from training.warm_start import resolve_warm_start
+
+        model = resolve_warm_start(path).base_model or model
+    return policy_tokenizer(model)
+
+
+def check_scorer_tokenizer(run: str | Path, model: str | None) -> None:
+    """Refuse a ``--model`` whose tokenizer is not the one the run's stored token ids belong to (their ids would be
+    scored as another vocabulary's); only the tokenizers are loaded. Without ``--model`` (each checkpoint's own
+    weights) or when the run names no model, there is nothing to compare.
+
+    Raises
+    ------
+    DiagnosticsError
+        Naming ``--model``, the run's model and the command that converts the tokens
+        (``python -m rescoring.rescore_run``).
+    """
+    source = run_tokenizer_model(run) if model is not None else None
+    if source is None:
+        return
+    if _scorer_tokenizer(model).get_vocab() != _scorer_tokenizer(source).get_vocab():
+        raise DiagnosticsError(
+            f"--model {model}: its tokenizer is not that of {source}, whose token ids {run} stores; convert them "
+            f"first with python -m rescoring.rescore_run --run {run} --model {model} --out DIR, then use --run DIR")
 
 
 def swapped_record(step: StepRecord, donor: str) -> StepRecord:

@@ -46,8 +46,8 @@ import pandas as pd
 from diagnostics.bootstrap import bootstrap_auroc, paired_delta_auroc
 from diagnostics.load import DiagnosticsError
 from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, check_out, check_weights_flags,
-                               checkpoint_rescorers, parse_steps, rescoring_entry_point, rescoring_parser,
-                               run_checkpoints, run_label, stored_residual_gap, swapped_record)
+                               check_scorer_tokenizer, checkpoint_rescorers, parse_steps, rescoring_entry_point,
+                               rescoring_parser, run_checkpoints, run_label, stored_residual_gap, swapped_record)
 from diagnostics.stats import DegenerateInputWarning
 from ocsd.cli import emit, format_table, output_folder, write_json
 from ocsd.records import PROGRESS_LABELS
@@ -320,6 +320,7 @@ def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, d
         raise DiagnosticsError(f"--donors and --per-category must be >= 1, got {donors} and {per_category}")
     if higher not in ("progress", "invalid"):
         raise DiagnosticsError(f"--higher must be 'progress' or 'invalid', got {higher!r}")
+    check_scorer_tokenizer(run, model)
     ckpts = run_checkpoints(run, ckpt_steps, model=model)
     frames, short, unrendered, per_ckpt = [], [], [], []
     for ckpt, rescorer in checkpoint_rescorers(run, ckpts, device=device, dtype=dtype):
@@ -381,6 +382,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     check_bootstrap(args)
     check_weights_flags(args)
+    check_scorer_tokenizer(args.run, args.model)  # before the output folder is made
     out = check_out(args.out or Path(args.run) / "swap", "--out" if args.out else "--out (default RUN/swap)")
     result, steps = swap_analysis(args.run, ckpt_steps=parse_steps(args.ckpt_steps), donors=args.donors,
                                   per_category=args.per_category, model=args.model, device=args.device,
