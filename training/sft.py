@@ -45,12 +45,13 @@ def export(run_or_ckpt: str, out: str) -> Path:
     ------
     training.warm_start.WarmStartError
         When the path is no SFT checkpoint, the checkpoint has no adapter, or ``out`` cannot take the adapter: a
-        file, a folder that cannot be written, or a folder inside the run (whose own commands would then take
-        the run for an exported adapter).
+        file, a folder that cannot be written, a folder inside the run (whose own commands would then take
+        the run for an exported adapter), or a non-empty folder that is not an earlier export (a training run,
+        whose commands would then take the adapter for the run: :func:`training.warm_start.export_problem`).
     """
     from ocsd.cli import folder_problem
     from ocsd.records import read_metrics
-    from training.warm_start import WarmStartError, export_adapter, resolve_warm_start
+    from training.warm_start import WarmStartError, export_adapter, export_problem, resolve_warm_start
 
     warm = resolve_warm_start(run_or_ckpt)
     if warm.weights is None:
@@ -66,6 +67,9 @@ def export(run_or_ckpt: str, out: str) -> Path:
     if target == run.resolve() or run.resolve() in target.parents:
         raise WarmStartError(f"--out: {out} is inside the run folder {run}, which would then read as an exported "
                              f"adapter to its own commands; export to a folder outside the run")
+    problem = export_problem(out)
+    if problem:
+        raise WarmStartError(f"--out: {problem}")
     info = json.loads((run / SFT_FILE).read_text())
     metrics = read_metrics(run)
     step = int(actor.parent.name[len("global_step_"):])

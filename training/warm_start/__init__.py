@@ -22,11 +22,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["WARM_START_FILE", "WarmStart", "WarmStartError", "export_adapter", "merge_adapter", "recorded_model",
-           "resolve_warm_start", "same_model"]
+__all__ = ["EXPORT_FILES", "WARM_START_FILE", "WarmStart", "WarmStartError", "export_adapter", "export_problem",
+           "merge_adapter", "recorded_model", "resolve_warm_start", "same_model"]
 
 WARM_START_FILE = "warm_start.json"
 """An exported adapter's provenance: base model, command, data, seed, commit, hardware, minutes."""
+EXPORT_FILES = ("adapter_config.json", "adapter_model.safetensors", WARM_START_FILE)
+"""The files of an exported adapter (:func:`export_adapter`): all an export folder may hold."""
 
 
 class WarmStartError(ValueError):
@@ -124,6 +126,24 @@ def resolve_warm_start(path: str | Path) -> WarmStart:
         return WarmStart(p, weights=found[-1] / "actor", base_model=recorded_model(found[-1] / "actor"))
     raise WarmStartError(f"{path}: neither an exported adapter (adapter_config.json), a checkpoint with weights "
                          f"(global_step_N/actor/config.json) nor a run folder holding one")
+
+
+def export_problem(out: str | Path) -> str | None:
+    """Why :func:`export_adapter` must not write to ``out``: a non-empty folder that is not an earlier export (it
+    holds files other than :data:`EXPORT_FILES`, or no ``warm_start.json``), such as a training run, whose commands
+    would then take the folder for the adapter; None for a new or empty folder or an earlier export."""
+    folder = Path(out).expanduser()
+    if not folder.is_dir():
+        return None
+    from ocsd.records import LOCK_FILE
+
+    names = sorted(p.name for p in folder.iterdir() if p.name != LOCK_FILE)
+    if not names or (set(names) <= set(EXPORT_FILES) and WARM_START_FILE in names):
+        return None
+    others = [n for n in names if n not in EXPORT_FILES] or names
+    shown = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "")
+    return (f"{folder} is not empty ({shown}) and holds no exported adapter ({WARM_START_FILE}); the adapter would "
+            f"then stand in for what the folder holds: export to a new or empty folder")
 
 
 def merge_adapter(model, adapter: Path):
