@@ -8,12 +8,14 @@ Runs the grid methods x rho x beta x seeds of ``python -m training.train``, one 
 
 Every cell's config is checked before anything runs. Cells run one after another, or ``--parallel N``
 at a time (each subprocess gets ``OMP_NUM_THREADS = cores // N`` unless set). A cell whose last
-checkpoint (``global_step_<total_steps>/replay/meta.json``) exists is skipped; an unfinished one
-resumes from its last checkpoint (the trainer's ``resume=true``). A failing cell is recorded in
+checkpoint (``global_step_<total_steps>/replay/meta.json``) exists is skipped, unless its ``run.json`` records
+other settings than the cell's (then the sweep is refused, naming the cell and each ``key: old -> new``, before any
+cell runs); an unfinished one resumes from its last checkpoint (the trainer's ``resume=true``). A failing cell is recorded in
 ``index.json`` with its return code, and the others go on; the command exits 1 if any cell failed.
 
 Every cell has its own folder: values that name the same cell (``--rho 0.2,0.20``) are refused. The
-sweep folder has one writer (:class:`ocsd.records.RunLock`), and so has each cell's run folder.
+sweep folder has one writer (:class:`ocsd.records.RunLock`), and so has each cell's run folder. A ``--out`` that
+holds a run itself (``run.json`` or ``global_step_<N>/``: a training run, not a sweep) is refused.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class Cell:
     seconds: float | None = None
     log: str = ""
     overrides: list[str] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+    """The cell's resolved config (:meth:`training.config.TrainConfig.to_dict`)."""
 
     @property
     def name(self) -> str:
@@ -129,8 +133,43 @@ def plan_cells(config: str, methods: Sequence[str], seeds: Sequence[int], rhos: 
                     except ConfigError as exc:
                         raise ConfigError(f"cell {name}: {exc}") from None
                     cells.append(Cell(method, seed, rho, beta, str(run_dir), cfg.total_steps,
-                                      log=str(out / "logs" / f"{name}.log"), overrides=cell_overrides))
+                                      log=str(out / "logs" / f"{name}.log"), overrides=cell_overrides,
+                                      settings=cfg.to_dict()))
     return cells
+
+
+def out_problem(out: Path) -> str | None:
+    """Why ``out`` cannot be a sweep folder: it holds a run of its own (``run.json`` or ``global_step_<N>/``, such
+    as a training run), into which the sweep would write its cells, logs and index; None otherwise."""
+    from ocsd.records import RUN_FILE, checkpoint_dirs
+
+    found = ([RUN_FILE] if (out / RUN_FILE).exists() else []) + [c.name for _, c in checkpoint_dirs(out)][:3]
+    if not found:
+        return None
+    return (f"{out} holds a run ({', '.join(found)}), not a sweep; a sweep writes its cells, logs/ and "
+            f"{INDEX_FILE} into --out: use a new folder or an earlier sweep's")
+
+
+def finished_with_other_settings(cell: Cell) -> str | None:
+    """Why a finished cell cannot be skipped: its run folder's ``run.json`` records other settings than the cell's
+    (``key: old -> new``, as the trainer names them), or cannot be read; None for an unfinished cell or one whose
+    settings are the cell's."""
+    from ocsd.records import RecordError, read_run_info
+
+    if not cell.finished():
+        return None
+    try:
+        info = read_run_info(cell.run_dir)
+    except RecordError as exc:
+        return f"cell {cell.name} is finished, but {exc}, so its settings are not known"
+    from training.trainer import changed_settings
+
+    previous = info.get("config") if isinstance(info.get("config"), dict) else {}
+    changed = changed_settings(previous, cell.settings)
+    if not changed:
+        return None
+    return (f"cell {cell.name} finished with other settings ({'; '.join(changed)}); it would be skipped as if it had "
+            f"run these: use another --out, or its settings to keep it")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -303,10 +342,14 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) if args.out else Path("checkpoints") / f"sweep_{Path(args.config).stem}"
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out: {out} exists and is not a folder")
-        problem = folder_problem(out, write=True)
+        problem = folder_problem(out, write=True) or (out_problem(out) if out.is_dir() else None)
         if problem:
             raise UsageError(f"--out: {problem}")
         cells = plan_cells(args.config, methods, seeds, rhos, betas, out, args.overrides)
+        for cell in cells:
+            problem = finished_with_other_settings(cell)
+            if problem:
+                raise UsageError(f"--out: {problem}")
     except (UsageError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
