@@ -18,9 +18,10 @@ from the checkpoint's ``run.json`` when there is one, then ``--config``, then ``
 the named flags; ``--task-types all`` plays every task type of a run trained on some. Which task types are
 played is printed on stderr.
 
-``--out`` has one writer (:class:`ocsd.records.RunLock`) and only ever holds collections: a folder
-that is in use, holds a training run (or another command's run), or holds files that are not a run is
-refused with exit status 2 before any work.
+``--out`` has one writer (:class:`ocsd.records.RunLock`) and only ever holds collections of one base model in
+one environment: a folder that is in use, holds a training run (or another command's run), holds files that
+are not a run, or holds a collection of another base model (a checkpoint's is its run's ``model``) or
+environment is refused with exit status 2 before any work.
 """
 
 from __future__ import annotations
@@ -350,20 +351,50 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_out_folder(out: Path, global_step: int | None = None) -> None:
-    """Refuse an ``--out`` whose files a collection would replace.
+def base_model(source: ModelSource) -> str:
+    """The base model of what is collected: a checkpoint's run's ``model`` setting (its ``run.json`` or
+    ``sft.json``; the run folder when it records none), else the model itself (``smollm2``, ``tiny``, a Hugging
+    Face folder, or an exported adapter's base model)."""
+    from training.warm_start import recorded_model
+
+    if source.checkpoint is not None:
+        return recorded_model(source.checkpoint / "actor") or str(source.checkpoint.parent.resolve())
+    return source.model
+
+
+def recorded_base_model(info: dict) -> str | None:
+    """The base model a collection's ``run.json`` was made of (``base_model``; for a folder written before that
+    key, its config's ``model``, a checkpoint's ``actor/`` standing for its run's model); None when unknown."""
+    from training.warm_start import recorded_model
+
+    if isinstance(info.get("base_model"), str):
+        return info["base_model"]
+    model = (info.get("config") or {}).get("model") if isinstance(info.get("config"), dict) else None
+    if not isinstance(model, str) or not model:
+        return None
+    actor = Path(model)
+    if actor.name == "actor" and actor.parent.name.startswith("global_step_"):
+        return recorded_model(actor) or str(actor.parent.parent.resolve())
+    return model
+
+
+def check_out_folder(out: Path, global_step: int | None = None, *, model: str | None = None,
+                     env: str | None = None) -> None:
+    """Refuse an ``--out`` whose files a collection would replace, or whose collections it would join wrongly.
 
     A folder that does not exist, is empty or holds a ``training.collect`` run is fine (collections of
     several checkpoints share one folder), unless it already holds a collection of ``global_step``: that one is
-    never replaced.
+    never replaced, or the earlier collection is of another base ``model`` (:func:`base_model`) or ``env``, which
+    the diagnostics would then read as checkpoints of one run.
 
     Raises
     ------
     UsageError
         When ``out`` holds a run written by another command (a training run), an unreadable
-        ``run.json``, or files that are not a run.
+        ``run.json``, files that are not a run, or a collection of another base model or environment.
     """
     from ocsd.records import LOCK_FILE, RUN_FILE, RecordError, read_run_info
+    from training.warm_start import same_model
 
     if not (out / RUN_FILE).exists():
         others = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
@@ -373,13 +404,22 @@ def check_out_folder(out: Path, global_step: int | None = None) -> None:
                              f"use a new or empty folder")
         return
     try:
-        source = read_run_info(out).get("source")
+        info = read_run_info(out)
     except RecordError as exc:
         raise UsageError(f"--out: {exc}; use another folder") from None
+    source = info.get("source")
     if source != COLLECT_SOURCE:
         what = f"a run written by {source}" if source else "a training run"
         raise UsageError(f"--out: {out} holds {what}; collecting into it would replace its {RUN_FILE} and replay "
                          f"files: use another --out (collections share one folder with each other only)")
+    old_env = info.get("env", "alfworld")
+    if env is not None and old_env != env:
+        raise UsageError(f"--out: {out} holds a collection in environment {old_env!r}, not {env!r} ({RUN_FILE}); "
+                         f"the diagnostics would read both as one run: use another --out")
+    old_model = recorded_base_model(info)
+    if model is not None and old_model is not None and not same_model(old_model, model):
+        raise UsageError(f"--out: {out} holds a collection of base model {old_model!r}, not {model!r} ({RUN_FILE}); "
+                         f"the diagnostics would read both as checkpoints of one run: use another --out")
     taken = out / f"global_step_{global_step}" if global_step is not None else None
     if taken is not None and taken.exists():
         raise UsageError(f"--out: {out} already holds a collection of global step {global_step} ({taken}); a "
@@ -426,7 +466,7 @@ def _collect(args, source: ModelSource, out: Path, views, cfg, games) -> int:
         policy.close()
     if first:  # written once the step is: a collection that fails (a view that cannot render) leaves no run.json
         RunWriter(out).write_run_json({"run": cfg.run_name, "method": method, "env": cfg.env, "model": source.spec,
-                                       "seed": cfg.seed, "source": COLLECT_SOURCE, "config": cfg.to_dict(),
+                                       "base_model": base_model(source), "seed": cfg.seed, "source": COLLECT_SOURCE, "config": cfg.to_dict(),
                                        "games": games.describe()})
     summary["time/total"] = time.perf_counter() - start
     print(f"collected {summary['trajectories']} trajectories, {summary['steps']} steps "
@@ -448,12 +488,12 @@ def main(argv: list[str] | None = None) -> int:
         source, out, views, cfg = _plan(args)
         if out.exists():  # a folder in use, or one a collection must not write, is refused before any work
             with RunLock(out):
-                check_out_folder(out, source.global_step)
+                check_out_folder(out, source.global_step, model=base_model(source), env=cfg.env)
         games = collection_games(cfg)  # before the lock makes --out: unusable task data leaves no folder behind
         made = not out.exists()
         try:
             with RunLock(out):  # one writer: refused while another command writes the folder
-                check_out_folder(out, source.global_step)
+                check_out_folder(out, source.global_step, model=base_model(source), env=cfg.env)
                 return _collect(args, source, out, views, cfg, games)
         except BaseException:
             if made and out.is_dir() and not any(out.iterdir()):
