@@ -56,6 +56,17 @@ def positive_int(flag: str) -> Callable[[str], int]:
     return parse
 
 
+class Once(argparse.Action):
+    """An option that may be given once: a second value is a usage error (exit 2) instead of silently replacing
+    the first (``--run A --run B`` of a command that reads one run)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) not in (None, self.default):
+            parser.error(f"{option_string} is given twice ({getattr(namespace, self.dest)} and {values}); this "
+                         f"command reads one")
+        setattr(namespace, self.dest, values)
+
+
 def non_negative_int(flag: str) -> Callable[[str], int]:
     """An ``argparse`` type: an integer >= 0 (a seed), the error naming ``flag``."""
 

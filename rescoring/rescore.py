@@ -363,10 +363,10 @@ def rescoring_parser(prog: str, description: str, *, ckpt_help: str) -> argparse
     ``--per-category`` and ``--donor-text``, the weights' ``--model``, ``--device`` and ``--dtype``,
     ``--no-progress``, the bootstrap options and ``--json``."""
     from diagnostics.options import add_bootstrap_options
-    from ocsd.cli import positive_int
+    from ocsd.cli import Once, positive_int
 
     p = argparse.ArgumentParser(prog=f"python -m {prog}", description=description)
-    p.add_argument("--run", required=True, metavar="DIR", help="run folder with actor checkpoints")
+    p.add_argument("--run", required=True, action=Once, metavar="DIR", help="run folder with actor checkpoints")
     p.add_argument("--ckpt-steps", default=None, metavar="N,N,...", help=ckpt_help)
     swap = p.add_argument_group("observation swap")
     swap.add_argument("--donors", type=positive_int("--donors"), default=5, help="donor observations per step (5)")

@@ -43,7 +43,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from diagnostics.load import DiagnosticsError
-from ocsd.cli import emit, format_table, output_folder, positive_int, write_json
+from ocsd.cli import Once, emit, format_table, output_folder, positive_int, write_json
 from ocsd.records import RecordError, read_run_info, write_replay
 from ocsd.replay.stored import stored_records
 from ocsd.replay.views import StepRecord, get_view
@@ -252,7 +252,8 @@ def rescore_run(run: str | Path, model: str, out: str | Path, *, ckpt_steps: Seq
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m rescoring.rescore_run", description=__doc__.split("\n")[0])
-    p.add_argument("--run", required=True, metavar="DIR", help="run folder whose stored steps are scored again")
+    p.add_argument("--run", required=True, action=Once, metavar="DIR",
+                   help="run folder whose stored steps are scored again")
     p.add_argument("--model", required=True, help="the scorer: a model name (smollm2, qwen2.5-coder-1.5b, ...) or a "
                                                  "Hugging Face folder")
     p.add_argument("--out", required=True, type=output_folder, metavar="DIR", help="the re-scored run folder to write")

@@ -72,3 +72,14 @@ def test_a_read_only_run_without_out_is_refused_before_any_model(frozen_run, tmp
         run.chmod(0o755)
     err = capsys.readouterr().err
     assert err.startswith(f"error: --out (default {default}): {run} cannot be written") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["swap", "audit", "rescore_run"])
+def test_a_second_run_is_refused_not_silently_kept(frozen_run, command, no_model, tmp_path, capsys):
+    """These commands read one run: ``--run A --run B`` kept only B without a word."""
+    main, extra = WEIGHTS_COMMANDS[command]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--run", str(frozen_run), "--run", str(tmp_path), "--no-progress", "--out", str(tmp_path / "out"),
+              *extra])
+    assert exit_info.value.code == 2
+    assert f"--run is given twice ({frozen_run} and {tmp_path})" in capsys.readouterr().err
