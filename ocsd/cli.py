@@ -23,7 +23,7 @@ import numpy as np
 
 __all__ = ["InputError", "UsageError", "SkipCommand", "positive_int", "non_negative_int", "folder_problem",
            "write_problem", "output_folder", "jsonable", "write_json", "fmt", "format_table", "emit", "run_main",
-           "entry_point"]
+           "entry_point", "Once"]
 
 
 class InputError(ValueError):
