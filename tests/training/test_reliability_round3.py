@@ -12,6 +12,7 @@ from training.collect import main as collect
 from training.sweep import cell_name, main as sweep
 
 from .conftest import tiny_run_checkpoint
+from tests.training.test_sweep import TINY  # the sweep tests' tiny config
 
 pytestmark = pytest.mark.usefixtures("no_user_data")
 
@@ -65,32 +66,13 @@ def test_export_refuses_a_training_run_and_rewrites_an_earlier_export(sft_run, t
 
 # S09, S14: sweeps ---------------------------------------------------------------------------------------------------
 
-TINY = """\
-data: generated
-model: tiny
-lora_rank: 0
-kl_coef: 0.0
-n_train_games: 2
-n_val_games: 2
-batch_size: 1
-group_size: 2
-max_steps: 2
-history_length: 1
-max_prompt_length: 1024
-max_response_length: 8
-total_steps: 1
-save_freq: 1
-test_freq: 0
-micro_batch_tokens: 4096
-progress: false
-"""
-
 
 @pytest.fixture()
 def config(tmp_path, alfworld_games) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY + f"games_dir: {alfworld_games}\n")
     return path
+
 
 
 def test_sweep_refuses_a_training_run_as_its_folder(config, training_run, capsys):

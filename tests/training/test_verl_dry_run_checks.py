@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def dry_run(*overrides, cwd):
     env = dict(os.environ, VERL_USE_EXTERNAL_PLUGINS="none", PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "training.verl.main", "--dry-run", *overrides], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=180)
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,6 @@ folder of the same settings is accepted again."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,11 +14,7 @@ pytest.importorskip("verl")  # the dry run composes verl's own config
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-def dry_run(*overrides, cwd):
-    env = dict(os.environ, VERL_USE_EXTERNAL_PLUGINS="none", PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "training.verl.main", "--dry-run", *overrides], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=180)
+from tests.training.test_verl_dry_run_checks import dry_run  # noqa: E402  (one dry-run helper)
 
 
 @pytest.fixture(scope="module")
