@@ -94,8 +94,14 @@ def resume_point(run_dir: str | os.PathLike) -> Path | None:
     return resumable[-1] if resumable else None
 
 
-def _previous_run(run_dir: Path) -> dict | None:
-    """The ``run.json`` of the training run in ``run_dir``; None without one."""
+def previous_run(run_dir: Path) -> dict | None:
+    """The ``run.json`` of the training run in ``run_dir``; None without one.
+
+    Raises
+    ------
+    RunFolderError
+        When ``run.json`` cannot be read, or names another command as its source (a collection, a re-scoring).
+    """
     if not (run_dir / RUN_FILE).exists():
         return None
     try:
@@ -123,7 +129,7 @@ def check_run_folder(cfg: TrainConfig) -> Path | None:
     run_dir = Path(cfg.run_dir)
     if cfg.overwrite or not run_dir.is_dir():
         return None
-    info = _previous_run(run_dir)
+    info = previous_run(run_dir)
     if info is None:
         others = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_FILE)
         if others:

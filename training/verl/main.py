@@ -119,7 +119,7 @@ def check_run_dir(settings: TrainConfig) -> None:
         ``python -m training.train`` or of another command, a verl run with other settings, or files that are
         not a run.
     """
-    from training.trainer import RunFolderError, _previous_run, changed_settings
+    from training.trainer import RunFolderError, previous_run, changed_settings
 
     run_dir = Path(settings.run_dir).expanduser()
     problem = folder_problem(run_dir, write=True)
@@ -128,7 +128,7 @@ def check_run_dir(settings: TrainConfig) -> None:
     if settings.overwrite or not run_dir.is_dir():
         return
     try:
-        info = _previous_run(run_dir)
+        info = previous_run(run_dir)
     except RunFolderError as err:
         raise ConfigError(f"ocsd.{err}") from None
     if info is not None and info.get("backend") != "verl":
