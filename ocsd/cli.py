@@ -23,7 +23,7 @@ import numpy as np
 
 __all__ = ["InputError", "UsageError", "SkipCommand", "positive_int", "non_negative_int", "folder_problem",
            "write_problem", "output_folder", "jsonable", "write_json", "fmt", "format_table", "emit", "run_main",
-           "entry_point", "Once"]
+           "entry_point", "Once", "same_place"]
 
 
 class InputError(ValueError):
@@ -65,6 +65,15 @@ class Once(argparse.Action):
             parser.error(f"{option_string} is given twice ({getattr(namespace, self.dest)} and {values}); this "
                          f"command reads one")
         setattr(namespace, self.dest, values)
+
+
+def same_place(a: str, b: str) -> bool:
+    """Whether two names given on command lines or in records (run folders, model names or folders) name the same
+    thing: equal text, or two existing paths of one file or folder (``~`` expanded)."""
+    if a == b:
+        return True
+    first, second = Path(a).expanduser(), Path(b).expanduser()
+    return first.exists() and second.exists() and first.resolve() == second.resolve()
 
 
 def non_negative_int(flag: str) -> Callable[[str], int]:

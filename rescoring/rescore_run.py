@@ -43,7 +43,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from diagnostics.load import DiagnosticsError
-from ocsd.cli import Once, emit, format_table, output_folder, positive_int, write_json
+from ocsd.cli import Once, emit, format_table, output_folder, positive_int, same_place, write_json
 from ocsd.records import RecordError, read_run_info, write_replay
 from ocsd.replay.stored import stored_records
 from ocsd.replay.views import StepRecord, get_view
@@ -174,11 +174,6 @@ def _source_tokenizer(run: Path, given: str | None):
     return policy_tokenizer(str(name))
 
 
-def _same_place(a: str, b: str) -> bool:
-    """Whether two run folders or model names given on command lines name the same thing."""
-    return a == b or (Path(a).exists() and Path(b).exists() and Path(a).resolve() == Path(b).resolve())
-
-
 def _prepare_out(out: Path, run: Path, model: str, ckpts: Sequence[Checkpoint] = ()) -> None:
     """Refuse to write into the run itself, over a folder that is not an earlier re-scoring, over a re-scoring of
     another run or by another scorer, or over checkpoints this re-scoring already holds (it may add missing ones).
@@ -195,7 +190,7 @@ def _prepare_out(out: Path, run: Path, model: str, ckpts: Sequence[Checkpoint] =
     if "rescored_from" not in earlier:
         raise DiagnosticsError(f"--out {out} exists and is not a re-scored run; name a new folder")
     source, scorer = str(earlier["rescored_from"]), str(earlier.get("scorer"))
-    if not _same_place(source, str(run)) or not _same_place(scorer, model):
+    if not same_place(source, str(run)) or not same_place(scorer, model):
         raise DiagnosticsError(f"--out {out} holds the re-scoring of {source} by {scorer}, not of {run} by {model}; "
                                f"name a new folder")
     done = [c.folder.name for c in ckpts if (out / c.folder.name / "replay" / "meta.json").is_file()]

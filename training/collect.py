@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ocsd.cli import InputError, UsageError, positive_int
+from ocsd.cli import InputError, UsageError, positive_int, same_place
 
 BASE_MODELS = ("smollm2", "tiny")
 ROLLOUT_KEYS = ("env", "reward_mode", "history_length", "max_prompt_length", "max_response_length", "max_steps",
@@ -394,7 +394,6 @@ def check_out_folder(out: Path, global_step: int | None = None, *, model: str | 
         ``run.json``, files that are not a run, or a collection of another base model or environment.
     """
     from ocsd.records import LOCK_FILE, RUN_FILE, RecordError, read_run_info
-    from training.warm_start import same_model
 
     if not (out / RUN_FILE).exists():
         others = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
@@ -417,7 +416,7 @@ def check_out_folder(out: Path, global_step: int | None = None, *, model: str | 
         raise UsageError(f"--out: {out} holds a collection in environment {old_env!r}, not {env!r} ({RUN_FILE}); "
                          f"the diagnostics would read both as one run: use another --out")
     old_model = recorded_base_model(info)
-    if model is not None and old_model is not None and not same_model(old_model, model):
+    if model is not None and old_model is not None and not same_place(old_model, model):
         raise UsageError(f"--out: {out} holds a collection of base model {old_model!r}, not {model!r} ({RUN_FILE}); "
                          f"the diagnostics would read both as checkpoints of one run: use another --out")
     taken = out / f"global_step_{global_step}" if global_step is not None else None

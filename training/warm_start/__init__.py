@@ -22,8 +22,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ocsd.cli import same_place
+
 __all__ = ["EXPORT_FILES", "WARM_START_FILE", "WarmStart", "WarmStartError", "export_adapter", "export_problem",
-           "merge_adapter", "recorded_model", "resolve_warm_start", "same_model"]
+           "merge_adapter", "recorded_model", "resolve_warm_start"]
 
 WARM_START_FILE = "warm_start.json"
 """An exported adapter's provenance: base model, command, data, seed, commit, hardware, minutes."""
@@ -64,19 +66,11 @@ class WarmStart:
         """Why this warm start cannot start a run of ``model`` (the ``model`` setting): it was trained on another
         base model, whose weights (a checkpoint) or shapes (an adapter) the run would take under ``model``'s
         name; None when it fits or its base model is not recorded."""
-        if self.base_model is None or same_model(self.base_model, model):
+        if self.base_model is None or same_place(self.base_model, model):
             return None
         what = "an adapter" if self.adapter is not None else f"a checkpoint (weights {self.weights})"
         return (f"{self.path} is {what} of model {self.base_model!r}, but model={model!r}; set model="
                 f"{self.base_model} or use a warm start of {model}")
-
-
-def same_model(a: str, b: str) -> bool:
-    """Whether two ``model`` settings name the same model: equal names, or two paths of one folder."""
-    if a == b:
-        return True
-    first, second = Path(a).expanduser(), Path(b).expanduser()
-    return first.is_dir() and second.is_dir() and first.resolve() == second.resolve()
 
 
 def recorded_model(actor: Path) -> str | None:
