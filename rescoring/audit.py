@@ -408,7 +408,6 @@ def _main(argv: Sequence[str] | None) -> int:
         view = load_view(args.view)
     except ValueError as exc:
         raise DiagnosticsError(f"--view: {exc}") from None
-    check_scorer_tokenizer(args.run, args.model)  # before the output folder is made
     out = check_out(args.out or Path(args.run) / f"audit_{view.name}",
                     "--out" if args.out else f"--out (default RUN/audit_{view.name})")
     result = build_audit(args.run, view, out, twin=args.twin, baseline=args.baseline,

@@ -382,7 +382,6 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     check_bootstrap(args)
     check_weights_flags(args)
-    check_scorer_tokenizer(args.run, args.model)  # before the output folder is made
     out = check_out(args.out or Path(args.run) / "swap", "--out" if args.out else "--out (default RUN/swap)")
     result, steps = swap_analysis(args.run, ckpt_steps=parse_steps(args.ckpt_steps), donors=args.donors,
                                   per_category=args.per_category, model=args.model, device=args.device,
