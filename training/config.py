@@ -397,9 +397,13 @@ def engine_problem(engine: str, device: str) -> str | None:
     return None
 
 
+DEVICE_FORM = re.compile(r"(cpu|cuda)(?::(\d+))?")
+"""The forms a device setting takes: ``cpu``, ``cuda`` or ``cuda:N`` (:func:`device_problem`)."""
+
+
 def device_problem(device: str) -> str | None:
     """Why ``device`` cannot run here (not 'cpu', 'cuda' or 'cuda:N', or no such CUDA device); None if it can."""
-    match = re.fullmatch(r"(cpu|cuda)(?::(\d+))?", str(device))
+    match = DEVICE_FORM.fullmatch(str(device))
     if match is None:
         return "must be 'cpu', 'cuda' or 'cuda:N'"
     if match[1] == "cpu":

@@ -27,7 +27,6 @@ the paper's launch commands.
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ocsd.cli import folder_problem
 from ocsd.records import LOCK_FILE, METRICS_FILE, RUN_FILE
-from training.config import ConfigError, TrainConfig
+from training.config import DEVICE_FORM, ConfigError, TrainConfig
 from training.verl.agent_loop import ocsd_settings, task_source
 from training.verl.parity import BATCH_FOLDER
 from training.verl.tasks import write_task_rows
@@ -201,7 +200,7 @@ def section_device_problem(device: object) -> str | None:
     a value outside these forms is a mistake, never silently replaced. CUDA need not be visible: a dry run checks
     a GPU config on any machine.
     """
-    if device is None or re.fullmatch(r"(cpu|cuda)(:\d+)?", str(device)):
+    if device is None or DEVICE_FORM.fullmatch(str(device)):
         return None
     return "must be 'cpu', 'cuda' or 'cuda:N' (verl places the models; the section's device becomes 'cpu')"
 
