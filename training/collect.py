@@ -445,7 +445,7 @@ def _plan(args):
     return source, out, views, cfg
 
 
-def _collect(args, source: ModelSource, out: Path, views, cfg, games) -> int:
+def _collect(args, source: ModelSource, out: Path, views, cfg, games, base: str) -> int:
     from ocsd.records import RunWriter
 
     start = time.perf_counter()
@@ -465,8 +465,8 @@ def _collect(args, source: ModelSource, out: Path, views, cfg, games) -> int:
         policy.close()
     if first:  # written once the step is: a collection that fails (a view that cannot render) leaves no run.json
         RunWriter(out).write_run_json({"run": cfg.run_name, "method": method, "env": cfg.env, "model": source.spec,
-                                       "base_model": base_model(source), "seed": cfg.seed, "source": COLLECT_SOURCE, "config": cfg.to_dict(),
-                                       "games": games.describe()})
+                                       "base_model": base, "seed": cfg.seed, "source": COLLECT_SOURCE,
+                                       "config": cfg.to_dict(), "games": games.describe()})
     summary["time/total"] = time.perf_counter() - start
     print(f"collected {summary['trajectories']} trajectories, {summary['steps']} steps "
           f"({summary['selected']} selected, {summary['scored']} scored) at global step {source.global_step} "
@@ -485,15 +485,16 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         source, out, views, cfg = _plan(args)
+        base = base_model(source)
         if out.exists():  # a folder in use, or one a collection must not write, is refused before any work
             with RunLock(out):
-                check_out_folder(out, source.global_step, model=base_model(source), env=cfg.env)
+                check_out_folder(out, source.global_step, model=base, env=cfg.env)
         games = collection_games(cfg)  # before the lock makes --out: unusable task data leaves no folder behind
         made = not out.exists()
         try:
             with RunLock(out):  # one writer: refused while another command writes the folder
-                check_out_folder(out, source.global_step, model=base_model(source), env=cfg.env)
-                return _collect(args, source, out, views, cfg, games)
+                check_out_folder(out, source.global_step, model=base, env=cfg.env)
+                return _collect(args, source, out, views, cfg, games, base)
         except BaseException:
             if made and out.is_dir() and not any(out.iterdir()):
                 out.rmdir()  # a collection that failed leaves no empty folder it made behind

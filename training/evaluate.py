@@ -6,8 +6,8 @@ the config's ``val_do_sample``, ``val_temperature``, ``val_top_p``, ``val_seed``
 ``--temperature``, ``--top-p``, ``--sample-seed`` change them; greedy decoding takes no temperature or top-p and
 records none), success per task type and overall. The task types are the run's ``task_types`` (a checkpoint's
 ``run.json``) unless ``--task-types`` (or ``task_types=``) names others or ``all``; which ones are played is
-printed on stderr. Every task of the split is played (SDAR validates on a seeded sample of 128); ``--repeats K`` plays each
-task K times with different sampling seeds and reports the mean success with a percentile bootstrap
+printed on stderr. Every task of the split is played (SDAR validates on a seeded sample of 128); ``--repeats K``
+plays each task K times with different sampling seeds and reports the mean success with a percentile bootstrap
 interval over tasks (:func:`diagnostics.runs.task_bootstrap`), so that two methods can be compared.
 Prints a table, or one JSON object with ``--json``; ``--out`` writes ``eval.json`` next to the checkpoint
 (``--out-file PATH``: to that ``.json`` file, or into that folder; not both). An existing file is replaced only
@@ -258,7 +258,8 @@ def _out_problem(path: Path) -> str | None:
     result of this command), or None."""
     if path.is_dir():
         return f"{path} is a folder, not a file"
-    replay = next((p for p in path.resolve().parents if p.name == "replay" and p.parent.name.startswith("global_step_")), None)
+    replay = next((p for p in path.resolve().parents
+                   if p.name == "replay" and p.parent.name.startswith("global_step_")), None)
     if replay is not None:
         return f"{path} lies inside the checkpoint's replay folder {replay}; write the result elsewhere"
     if path.is_file() and not is_evaluation_result(path):
