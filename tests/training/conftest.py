@@ -4,6 +4,8 @@
 generator seed 0), made once with the real generator (a few seconds per game).
 ``tiny_overrides``: ``key=value`` settings that keep a run of the tiny random model to seconds.
 ``no_user_data``: hides a real-data ``$ALFWORLD_DATA`` so commands use the generated games.
+``policy_dir``: a Hugging Face folder of the tiny model (config.json and weights), the policy verl is given;
+:func:`verl_dry_run` runs ``python -m training.verl.main --dry-run``.
 ``tiny_checkpoint``: a ``global_step_7`` folder in the trainer's layout (``actor/`` Hugging Face folder
 with tokenizer and ``trainer_state.pt``, ``run.json`` beside it) holding a tiny random model.
 """
@@ -12,6 +14,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,3 +85,24 @@ def tiny_checkpoint(tmp_path_factory, alfworld_games) -> Path:
                                run_info={"run": "tinyrun", "method": "ocsd"},
                                config={"rho": 0.5, "beta": 0.5, "games_dir": str(alfworld_games), "n_train_games": 2,
                                        "n_val_games": 2, "device": "cuda", "lora_rank": 8})
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def verl_dry_run(*overrides: str, cwd: Path = ROOT, timeout: float = 180) -> subprocess.CompletedProcess:
+    """``python -m training.verl.main --dry-run OVERRIDES`` in ``cwd`` (the suite on ``PYTHONPATH``; the plugin is not
+    needed to compose)."""
+    env = dict(os.environ, VERL_USE_EXTERNAL_PLUGINS="none", PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "training.verl.main", "--dry-run", *overrides], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def policy_dir(tmp_path_factory) -> Path:
+    """A Hugging Face folder of the tiny model (config.json and weights): the policy verl is given."""
+    from ocsd.replay.models import tiny_model
+
+    folder = tmp_path_factory.mktemp("policy") / "tiny"
+    tiny_model(hidden_size=16, intermediate_size=32).save_pretrained(folder)
+    return folder

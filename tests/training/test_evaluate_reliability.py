@@ -5,7 +5,6 @@ environment refused by the config (``training.train``). Tiny random model, gener
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

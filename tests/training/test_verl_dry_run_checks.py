@@ -4,9 +4,6 @@ an installed catalogue model; a good folder and a catalogue name pass."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,22 +11,7 @@ import yaml
 
 pytest.importorskip("verl")  # the dry run composes verl's own config
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def dry_run(*overrides, cwd):
-    env = dict(os.environ, VERL_USE_EXTERNAL_PLUGINS="none", PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "training.verl.main", "--dry-run", *overrides], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=180)
-
-
-@pytest.fixture(scope="module")
-def policy_dir(tmp_path_factory) -> Path:
-    from ocsd.replay.models import tiny_model
-
-    folder = tmp_path_factory.mktemp("policy") / "tiny"
-    tiny_model(hidden_size=16, intermediate_size=32).save_pretrained(folder)
-    return folder
+from tests.training.conftest import verl_dry_run as dry_run  # noqa: E402
 
 
 @pytest.fixture

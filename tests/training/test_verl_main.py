@@ -13,24 +13,14 @@ import yaml
 
 pytest.importorskip("verl")
 
+from tests.training.conftest import verl_dry_run  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "training" / "verl" / "config" / "ocsd_trainer.yaml"
 
 
 def dry_run(*overrides, cwd=ROOT):
-    env = dict(os.environ, VERL_USE_EXTERNAL_PLUGINS="none")  # the plugin is not needed to compose
-    return subprocess.run([sys.executable, "-m", "training.verl.main", "--dry-run", *overrides], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=90)
-
-
-@pytest.fixture(scope="module")
-def policy_dir(tmp_path_factory) -> Path:
-    """A Hugging Face folder of the tiny model (config.json and weights): the policy verl is given."""
-    from ocsd.replay.models import tiny_model
-
-    folder = tmp_path_factory.mktemp("policy") / "tiny"
-    tiny_model(hidden_size=16, intermediate_size=32).save_pretrained(folder)
-    return folder
+    return verl_dry_run(*overrides, cwd=cwd, timeout=90)
 
 
 def _leaves(node, prefix=()):

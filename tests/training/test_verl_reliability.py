@@ -12,18 +12,7 @@ import pytest
 
 pytest.importorskip("verl")  # the dry run composes verl's own config
 
-ROOT = Path(__file__).resolve().parents[2]
-
-from tests.training.test_verl_dry_run_checks import dry_run  # noqa: E402  (one dry-run helper)
-
-
-@pytest.fixture(scope="module")
-def policy_dir(tmp_path_factory) -> Path:
-    from ocsd.replay.models import tiny_model
-
-    folder = tmp_path_factory.mktemp("policy") / "tiny"
-    tiny_model(hidden_size=16, intermediate_size=32).save_pretrained(folder)
-    return folder
+from tests.training.conftest import verl_dry_run as dry_run  # noqa: E402
 
 
 @pytest.fixture
