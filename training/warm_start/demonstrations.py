@@ -44,9 +44,10 @@ def experts_of(runtime, env: str, name: str, seed: int):
         Naming ``expert`` when the runtime has several experts and none is called ``name``, or ``env`` when it has
         none.
     """
+    unknown = _unknown_expert(runtime, env, name)
+    if unknown:
+        raise ConfigError(unknown)
     if runtime.experts:
-        if name not in runtime.experts:
-            raise ConfigError(f"expert: {env} has no expert {name!r}; its experts: {', '.join(runtime.experts)}")
         expert = runtime.experts[name]
         return lambda task: expert(task, seed)
     if runtime.demonstration is None:
@@ -69,8 +70,16 @@ def check_expert(env: str, name: str) -> None:
         runtime = get_environment(env).load_runtime()
     except (ImportError, RuntimeNotImplemented):
         return
+    unknown = _unknown_expert(runtime, env, name)
+    if unknown:
+        raise ConfigError(unknown)
+
+
+def _unknown_expert(runtime, env: str, name: str) -> str | None:
+    """The error of an ``expert`` setting the runtime does not have, where it names several; None otherwise."""
     if runtime.experts and name not in runtime.experts:
-        raise ConfigError(f"expert: {env} has no expert {name!r}; its experts: {', '.join(runtime.experts)}")
+        return f"expert: {env} has no expert {name!r}; its experts: {', '.join(runtime.experts)}"
+    return None
 
 
 class _Scripted:
