@@ -2,17 +2,20 @@
 server share (``http.server`` of the standard library; no web framework).
 
 :func:`listen` takes the address first, so a command refuses a port in use (or out of range) in one line before
-it does any work, and :func:`serve_forever` then serves on it.
+it does any work, and :func:`serve_forever` then serves on it; :func:`serve_command` is the two around the work of
+a ``serve`` command.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
 
 from ocsd.cli import InputError
 
-__all__ = ["BackgroundServer", "ListenError", "listen", "serve_foreground", "serve_forever"]
+__all__ = ["BackgroundServer", "ListenError", "listen", "serve_command", "serve_forever"]
 
 
 class ListenError(InputError):
@@ -100,12 +103,21 @@ class BackgroundServer:
         self.close()
 
 
-def serve_foreground(handler: type[BaseHTTPRequestHandler], *, host: str, port: int) -> None:
-    """Serve ``handler`` on ``host:port`` in this thread until interrupted (Ctrl-C), then release the port.
+def serve_command(host: str, port: int, build: Callable[[str], tuple[type[BaseHTTPRequestHandler], str]]) -> None:
+    """What a ``serve`` command does: listen on ``host:port`` first (a port out of range or in use stops here, before
+    any work), then ``build(address)`` the handler and the line that says what is served at ``address`` (the port
+    0 asked for resolved), print that line on stderr and serve until interrupted (Ctrl-C).
 
     Raises
     ------
     ListenError
-        When it cannot listen there (:func:`listen`).
+        When it cannot listen there (:func:`listen`, naming ``--port``); the port is released when ``build`` fails.
     """
-    serve_forever(listen(host, port, handler))
+    httpd = listen(host, port, flag="--port")
+    try:
+        handler, line = build(f"http://{host}:{httpd.server_address[1]}")
+    except BaseException:
+        httpd.server_close()
+        raise
+    print(line, file=sys.stderr)
+    serve_forever(httpd, handler)

@@ -23,7 +23,7 @@ import time
 import types
 from pathlib import Path
 
-from ocsd.cli import UsageError, entry_point, positive_int
+from ocsd.cli import entry_point, positive_int
 from training.envs.searchqa.data import SearchDataError
 
 
@@ -87,20 +87,16 @@ def _bench(source, n: int) -> None:
 
 
 def _serve(args) -> int:
-    from training.envs.http_server import listen, serve_forever
+    from training.envs.http_server import serve_command
     from training.envs.searchqa.server import retrieval_handler
 
-    if not 0 <= args.port <= 65535:
-        raise UsageError(f"--port {args.port}: must be an integer from 0 to 65535")
-    httpd = listen(args.host, args.port, flag="--port")  # before any work: a port in use stops here
-    try:
+    def build(address: str):
         index = _index(args.corpus)
-    except BaseException:
-        httpd.server_close()
-        raise
-    print(f"retrieval server over {index.name} ({len(index):,} passages, index built in "
-          f"{index.build_seconds:.2f} s) at http://{args.host}:{httpd.server_address[1]}/retrieve", file=sys.stderr)
-    serve_forever(httpd, retrieval_handler(index, args.topk))
+        return retrieval_handler(index, args.topk), (
+            f"retrieval server over {index.name} ({len(index):,} passages, index built in "
+            f"{index.build_seconds:.2f} s) at {address}/retrieve")
+
+    serve_command(args.host, args.port, build)
     return 0
 
 

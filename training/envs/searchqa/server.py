@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 from http.server import BaseHTTPRequestHandler
 
-from training.envs.http_server import BackgroundServer, serve_foreground
+from training.envs.http_server import BackgroundServer
 from training.envs.searchqa.corpus import BM25Index
 
-__all__ = ["DEFAULT_TOPK", "MAX_TOPK", "RetrievalServer", "parse_request", "retrieval_handler", "retrieve", "serve"]
+__all__ = ["DEFAULT_TOPK", "MAX_TOPK", "RetrievalServer", "parse_request", "retrieval_handler", "retrieve"]
 
 DEFAULT_TOPK = 3
 """Passages per query when a request names none (SDAR examples/search/retriever/retrieval_launch.sh: --topk 3)."""
@@ -126,8 +126,3 @@ class RetrievalServer(BackgroundServer):
         self.index = index
         super().__init__(retrieval_handler(index, topk), host=host, port=port, name="searchqa-retrieval")
         self.url = f"{self.address}/retrieve"
-
-
-def serve(index: BM25Index, *, host: str = "127.0.0.1", port: int = 8000, topk: int = DEFAULT_TOPK) -> None:
-    """Serve ``index`` in the foreground until interrupted."""
-    serve_foreground(retrieval_handler(index, topk), host=host, port=port)

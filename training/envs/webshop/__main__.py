@@ -21,10 +21,7 @@ import argparse
 import sys
 import types
 
-from ocsd.cli import UsageError, entry_point, positive_int
-
-PORTS = range(0, 65536)
-"""Ports ``--port`` may name (0: any free port, printed once listening)."""
+from ocsd.cli import entry_point, positive_int
 
 
 def _config(args, *, n_val: int | None = None) -> types.SimpleNamespace:
@@ -50,29 +47,23 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args) -> int:
-    from training.envs.http_server import listen, serve_forever
+    from training.envs.http_server import serve_command
     from training.envs.webshop.server import server_handler
     from training.envs.webshop.tasks import TEST_GOALS, WebshopSource
 
-    if args.port not in PORTS:
-        raise UsageError(f"--port {args.port}: must be an integer from 0 to 65535")
-    httpd = listen(args.host, args.port, flag="--port")  # before any work: a port in use stops here
-    try:
+    def build(address: str):
         generated = args.data == "generated"
         source = WebshopSource.from_config(_config(args, n_val=TEST_GOALS if generated else None), train=generated)
         goals = [t.goal for t in source.valid] + [t.goal for t in source.train]
-        shop = source.valid[0].shop
-    except BaseException:
-        httpd.server_close()
-        raise
-    address = f"http://{args.host}:{httpd.server_address[1]}"
-    if generated:
-        layout = (f"sessions fixed_0 ... fixed_{len(source.valid) - 1} hold the validation goals and fixed_{TEST_GOALS} "
-                  f"... fixed_{len(goals) - 1} the training goals (SDAR's split); webshop_goals=synthetic")
-    else:
-        layout = f"sessions fixed_0 ... fixed_{len(goals) - 1} hold the real goals (evaluation); webshop_goals=human"
-    print(f"WebShop at {address}: {layout}", file=sys.stderr)
-    serve_forever(httpd, server_handler(shop, goals))
+        if generated:
+            layout = (f"sessions fixed_0 ... fixed_{len(source.valid) - 1} hold the validation goals and "
+                      f"fixed_{TEST_GOALS} ... fixed_{len(goals) - 1} the training goals (SDAR's split); "
+                      f"webshop_goals=synthetic")
+        else:
+            layout = f"sessions fixed_0 ... fixed_{len(goals) - 1} hold the real goals (evaluation); webshop_goals=human"
+        return server_handler(source.valid[0].shop, goals), f"WebShop at {address}: {layout}"
+
+    serve_command(args.host, args.port, build)
     return 0
 
 

@@ -28,12 +28,12 @@ import zlib
 from http.server import BaseHTTPRequestHandler
 from typing import Sequence
 
-from training.envs.http_server import BackgroundServer, serve_foreground
+from training.envs.http_server import BackgroundServer
 from training.envs.webshop.catalog import Goal
 from training.envs.webshop.reward import purchase_reward
 from training.envs.webshop.site import PAGE_SIZE, Shop
 
-__all__ = ["WebshopServer", "serve", "server_handler"]
+__all__ = ["WebshopServer", "server_handler"]
 
 
 def _q(value) -> str:
@@ -200,8 +200,3 @@ class WebshopServer(BackgroundServer):
     def __init__(self, shop: Shop, goals: Sequence[Goal], *, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(server_handler(shop, goals), host=host, port=port, name="webshop-server")
         self.url = self.address
-
-
-def serve(shop: Shop, goals: Sequence[Goal], *, host: str = "127.0.0.1", port: int = 3000) -> None:
-    """Serve in the foreground until interrupted."""
-    serve_foreground(server_handler(shop, goals), host=host, port=port)
