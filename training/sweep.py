@@ -10,8 +10,8 @@ Every cell's config is checked before anything runs. Cells run one after another
 at a time (each subprocess gets ``OMP_NUM_THREADS = cores // N`` unless set). A cell whose last
 checkpoint (``global_step_<total_steps>/replay/meta.json``) exists is skipped, unless its ``run.json`` records
 other settings than the cell's (then the sweep is refused, naming the cell and each ``key: old -> new``, before any
-cell runs); an unfinished one resumes from its last checkpoint (the trainer's ``resume=true``). A failing cell is recorded in
-``index.json`` with its return code, and the others go on; the command exits 1 if any cell failed.
+cell runs); an unfinished one resumes from its last checkpoint (the trainer's ``resume=true``). A failing cell is
+recorded in ``index.json`` with its return code, and the others go on; the command exits 1 if any cell failed.
 
 Every cell has its own folder: values that name the same cell (``--rho 0.2,0.20``) are refused. The
 sweep folder has one writer (:class:`ocsd.records.RunLock`), and so has each cell's run folder. A ``--out`` that

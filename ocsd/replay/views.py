@@ -64,9 +64,9 @@ structure, subclass :class:`TemplateView` and return ``(kind, text)`` pieces fro
 docs/views-and-audit.md, "Writing your own view". Reference it as ``module:Class`` (or ``path/to/file.py:Class``)
 with :func:`load_view`. A view that cannot render one step raises :class:`ViewError` (the step is skipped and
 reported); any other exception from it, or a result that is not token ids, stops the command with a
-:class:`ViewRenderError` naming the view and the step. A view that shows observations names its Observation-Ablated twin (a built-in name
-or ``module:Class``) in an ``ablated_twin`` attribute; ``python -m rescoring.audit`` pairs the two (default
-``ablated``).
+:class:`ViewRenderError` naming the view and the step. A view that shows observations names its
+Observation-Ablated twin (a built-in name or ``module:Class``) in an ``ablated_twin`` attribute;
+``python -m rescoring.audit`` pairs the two (default ``ablated``).
 """
 
 from __future__ import annotations

@@ -60,7 +60,8 @@ def _serve(args) -> int:
                       f"fixed_{TEST_GOALS} ... fixed_{len(goals) - 1} the training goals (SDAR's split); "
                       f"webshop_goals=synthetic")
         else:
-            layout = f"sessions fixed_0 ... fixed_{len(goals) - 1} hold the real goals (evaluation); webshop_goals=human"
+            layout = (f"sessions fixed_0 ... fixed_{len(goals) - 1} hold the real goals (evaluation); "
+                      f"webshop_goals=human")
         return server_handler(source.valid[0].shop, goals), f"WebShop at {address}: {layout}"
 
     serve_command(args.host, args.port, build)
