@@ -50,6 +50,7 @@ from training.config import TrainConfig
 from training.pipeline import (Scoring, StepAdvantages, UnscoredStepsError, forward_scoring, record_tables,
                                replay_meta, rollout_batch, step_advantages, step_metrics, step_tasks)
 from training.policy import Policy, load_policy, timed, write_actor
+from training.precision import make_optimizer
 from training.replay import ReplayScores
 from training.rollout.loop import Trajectory
 from training.teachers import teacher_context
@@ -242,7 +243,7 @@ class Trainer:
             self.ref_model = load_policy(cfg)[1] if resume_from else copy.deepcopy(self.model)
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(_trainable(self.model), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.optimizer = make_optimizer(_trainable(self.model), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.loss_settings = LossSettings(clip_ratio=cfg.clip_ratio, kl_coef=cfg.kl_coef, kl_type=cfg.kl_type,
                                           loss_agg_mode=cfg.loss_agg_mode, aux_coef=cfg.sdar_coef,
                                           gate_beta=cfg.gate_beta, grad_clip=cfg.grad_clip,

@@ -18,6 +18,7 @@ import torch
 from ocsd.algorithm.methods import MethodSpec, auxiliary_loss_matrix
 from ocsd.replay.scoring import response_logprobs
 from training.config import COUNT, NON_NEGATIVE, POSITIVE
+from training.precision import optimized_parameters
 
 
 @dataclass
@@ -168,12 +169,46 @@ def policy_loss(
         metrics["actor/kl_loss"] = kl_loss.item()
     if spec.aux_loss is not None:
         teacher = rows.teacher_logp[idx, :width].to(logp.device)
-        aux = auxiliary_loss_matrix(spec, logp, teacher, gate_beta=settings.gate_beta)
-        aux_loss = core_algos.agg_loss(aux, mask.float(), settings.loss_agg_mode, **actor_config.global_batch_info)
-        coef = spec.aux_coef if spec.aux_coef is not None else settings.aux_coef
-        loss = loss + coef * aux_loss
+        weighted, aux_loss = distillation_term(spec, logp, teacher, mask, loss_agg_mode=settings.loss_agg_mode,
+                                               global_batch_info=actor_config.global_batch_info,
+                                               gate_beta=settings.gate_beta, aux_coef=settings.aux_coef)
+        loss = loss + weighted
         metrics["actor/distill_loss"] = aux_loss.item()
     return loss, metrics
+
+
+def distillation_term(spec: MethodSpec, logp: torch.Tensor, teacher_logp: torch.Tensor, mask: torch.Tensor, *,
+                      loss_agg_mode: str, global_batch_info: dict, gate_beta: float,
+                      aux_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The method's auxiliary (distillation) term of one micro-batch, aggregated by verl's ``agg_loss``.
+
+    Parameters
+    ----------
+    spec : MethodSpec
+        A method with an ``aux_loss``.
+    logp, teacher_logp : torch.Tensor, shape (B, T)
+        Current-policy log-probs (with gradient) and the privileged teacher's (constants).
+    mask : torch.Tensor, shape (B, T)
+        Response tokens.
+    loss_agg_mode : str
+        verl's aggregation mode.
+    global_batch_info : dict
+        verl's ``dp_size``, ``batch_num_tokens``, ``global_batch_size`` (and ``loss_scale_factor``) of the
+        mini-batch, so that micro-batches add up to the mini-batch's term.
+    gate_beta, aux_coef : float
+        The config's ``gate_beta`` and ``sdar_coef``, used where the spec leaves them unset.
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor)
+        The weighted term added to the loss, and the unweighted aggregated term (``actor/distill_loss``).
+    """
+    from verl.trainer.ppo import core_algos
+
+    aux = auxiliary_loss_matrix(spec, logp, teacher_logp, gate_beta=gate_beta)
+    aux_loss = core_algos.agg_loss(aux, mask.float(), loss_agg_mode, **global_batch_info)
+    coef = spec.aux_coef if spec.aux_coef is not None else aux_coef
+    return coef * aux_loss, aux_loss
 
 
 def ppo_update(
@@ -230,8 +265,7 @@ def ppo_update(
                 loss.backward()
                 for k, v in metrics.items():
                     history.setdefault(k, []).append(v)
-            params = [p for p in model.parameters() if p.requires_grad]
-            norm = torch.nn.utils.clip_grad_norm_(params, settings.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(optimized_parameters(optimizer), settings.grad_clip)
             if not torch.isfinite(norm):
                 raise FloatingPointError(f"gradient norm is {norm.item()} (non-finite) in the policy update")
             optimizer.step()

@@ -240,6 +240,7 @@ class SFTRun:
 
         from ocsd.replay.prompts import PromptRenderer
         from training.policy import load_policy
+        from training.precision import make_optimizer
 
         from ocsd.records import RunWriter
 
@@ -251,7 +252,7 @@ class SFTRun:
         self.renderer = PromptRenderer(self.tokenizer)
         self.demos = build_demonstrations(cfg, self.tokenizer, self.renderer)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.optimizer = make_optimizer(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.start = 0
         if resume is not None:
             state = torch.load(resume / "actor" / "trainer_state.pt", map_location="cpu", weights_only=False)
@@ -318,9 +319,11 @@ class SFTRun:
         import torch
         from tqdm.auto import tqdm
 
+        from training.precision import optimized_parameters
+
         cfg, run = self.cfg, Path(self.cfg.run_dir)
         batches, total = self.batches(), self.total_steps
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        params = optimized_parameters(self.optimizer)
         began = time.perf_counter()
         last = None
         bar = tqdm(total=total, initial=self.start, desc="sft", unit="step", disable=not cfg.progress)
