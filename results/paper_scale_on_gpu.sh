@@ -28,9 +28,11 @@
 #   bash results/paper_scale_on_gpu.sh sft NAME CONFIG [key=value...]
 #                                                            a warm start (python -m training.sft) from the carried
 #                                                            demonstrations of NAME, exported with its provenance into
-#                                                            /tmp/warm/NAME and $OUT/NAME.warm.tgz
+#                                                            /tmp/warm/NAME and $OUT/NAME.warm.tgz; with EVAL=1 then
+#                                                            evaluated on its GPU as eval does (eval_NAME.json)
 #   bash results/paper_scale_on_gpu.sh eval NAME CKPT        CKPT (a warm start, checkpoint or model folder) on
-#                                                            valid_seen as zeroshot does, into $OUT/eval_NAME.json
+#                                                            SPLIT (valid_seen) as zeroshot does, into
+#                                                            $OUT/eval_NAME.json
 #   bash results/paper_scale_on_gpu.sh run NAME METHOD MODEL WARM SEED [key=value...]
 #                                                            a paper-setting run from the warm start WARM with LoRA
 #                                                            (rank 8, lr 2e-5: only the adapter and its optimizer
@@ -41,7 +43,8 @@
 #   bash results/paper_scale_on_gpu.sh poll SECONDS          wait up to SECONDS for the jobs; print their progress and
 #                                                            copy what they finished into $OUT (runs: NAME.tgz and
 #                                                            NAME.actor.tgz.aa, ... of their last checkpoint)
-# Settings: CACHE (/tmp/ocsd_cache), WORKERS (12) environment processes per job, VLLM_MEM (0.35) the share of GPU
+# Settings: DRY (set: print each job's GPU and command instead of starting it), CACHE (/tmp/ocsd_cache), GPU (the next one round the machine) the GPU of a job started now,
+# WORKERS (12) environment processes per job, VLLM_MEM (0.35) the share of GPU
 # memory each vLLM engine takes, GPUS (all of the machine's), MICRO (8192) update micro-batch tokens and
 # SCORING_TOKENS (16384) replay-scoring batch tokens (a 152k-token vocabulary makes the logits of 32k tokens 20 GB).
 set -e
@@ -106,8 +109,17 @@ start() {  # NAME CMD: CMD in the background (setsid) on the next GPU, its outpu
     gpus=${GPUS:-$(nvidia-smi -L | wc -l)}
     mkdir -p $JOBS/out
     slot=$(ls $JOBS/*.log 2>/dev/null | wc -l)
-    CUDA_VISIBLE_DEVICES=$(( slot % gpus )) setsid bash -c "$2" > $JOBS/$1.log 2>&1 < /dev/null &
-    echo "started $1 on GPU $(( slot % gpus ))"
+    slot=${GPU:-$(( slot % gpus ))}
+    [ -z "$DRY" ] || { echo "GPU $slot: $2"; return; }  # DRY=1: print the job, start nothing
+    CUDA_VISIBLE_DEVICES=$slot setsid bash -c "$2" > $JOBS/$1.log 2>&1 < /dev/null &
+    echo "started $1 on GPU $slot"
+}
+
+evaluation() {  # NAME CKPT: the command that evaluates CKPT on $SPLIT (valid_seen) into $JOBS/out/eval_NAME.json
+    echo "python3 -m training.evaluate --ckpt $2 --config training/configs/alfworld_paper.yaml \
+        --data $ASSETS/valid --split ${SPLIT:-valid_seen} --repeats ${REPEATS:-2} --json \
+        --out-file $JOBS/out/eval_$1.json device=cuda rollout_engine=vllm env_workers=${WORKERS:-12} \
+        vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} progress=false > /dev/null"
 }
 
 case "$1" in
@@ -127,13 +139,10 @@ sft)
     mkdir -p /tmp/sft/$name /tmp/warm && cp -r $ASSETS/demos/$name/demonstrations /tmp/sft/$name/
     start "$name" "python3 -m training.sft --config $config run_dir=/tmp/sft/$name device=cuda progress=false $* && \
         python3 -m training.sft --export /tmp/sft/$name --out /tmp/warm/$name && \
-        tar czf $JOBS/out/$name.warm.tgz -C /tmp/warm $name" ;;
+        tar czf $JOBS/out/$name.warm.tgz -C /tmp/warm $name${EVAL:+ && $(evaluation "$name" "/tmp/warm/$name")}" ;;
 eval)
     name=${2:?eval NAME CKPT} ckpt=${3:?eval NAME CKPT}
-    start "eval_$name" "python3 -m training.evaluate --ckpt $ckpt --config training/configs/alfworld_paper.yaml \
-        --data $ASSETS/valid --split valid_seen --repeats ${REPEATS:-2} --json --out-file $JOBS/out/eval_$name.json \
-        device=cuda rollout_engine=vllm env_workers=${WORKERS:-12} vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} \
-        progress=false > /dev/null" ;;
+    start "eval_$name" "$(evaluation "$name" "$ckpt")" ;;
 run)
     name=${2:?run NAME METHOD MODEL WARM SEED} method=${3:?run NAME METHOD MODEL WARM SEED}
     model=${4:?run NAME METHOD MODEL WARM SEED} warm=${5:?run NAME METHOD MODEL WARM SEED}

@@ -71,3 +71,12 @@ def test_usage_names_every_command():
     assert done.returncode == 2
     for command in ("bundle", "install", "code", "zeroshot", "sft", "eval", "run", "steps", "poll"):
         assert command in done.stderr
+
+
+def test_eval_job_takes_the_split_and_gpu_asked_for(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "DRY": "1", "GPUS": "4", "GPU": "3", "SPLIT": "valid_train"}
+    done = subprocess.run(["bash", str(SCRIPT), "eval", "warm", "/tmp/warm/w"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("GPU 3: python3 -m training.evaluate --ckpt /tmp/warm/w ")
+    assert "--split valid_train" in done.stdout and "eval_warm.json" in done.stdout
