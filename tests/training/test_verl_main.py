@@ -74,10 +74,10 @@ def test_dry_run_composes_the_paper_setting_and_writes_the_task_rows(alfworld_ga
     assert actor["optim"]["lr"] == pytest.approx(3e-6) and actor["kl_loss_coef"] == pytest.approx(0.01)
     assert actor["use_kl_loss"] and actor["kl_loss_type"] == "low_var_kl" and actor["clip_ratio_low"] == 0.2
     assert rollout["response_length"] == 512 and not rollout["calculate_log_probs"]
-    # micro-batches of the update and of the log-prob passes follow the section's micro_batch_tokens
+    # micro-batches of the update follow the section's micro_batch_tokens, the log-prob passes its scoring budget
     ref = config["actor_rollout_ref"]["ref"]
     assert actor["ppo_max_token_len_per_gpu"] == ocsd["micro_batch_tokens"] == 32768
-    assert rollout["log_prob_max_token_len_per_gpu"] == ref["log_prob_max_token_len_per_gpu"] == 32768
+    assert rollout["log_prob_max_token_len_per_gpu"] == ref["log_prob_max_token_len_per_gpu"] == 65536
     assert rollout["agent"]["default_agent_loop"] == AGENT_NAME
     trainer = config["trainer"]
     assert trainer["v1"]["trainer_mode"] == "ocsd_sync" and trainer["total_training_steps"] == 150
