@@ -1,5 +1,5 @@
 """``python -m training.verl.main``: the composed config, the task rows it writes, and its refusals (``--dry-run``:
-everything up to verl's launcher, which needs GPUs)."""
+everything up to verl's launcher, which needs GPUs); every method of the suite runs."""
 
 from __future__ import annotations
 
@@ -101,10 +101,30 @@ def test_other_presets_and_refusals(alfworld_games, tmp_path, policy_dir):
     assert (config["ocsd"]["env"], config["ocsd"]["max_steps"], config["data"]["max_prompt_length"]) == (
         "webshop", 15, 4096)
 
-    out = dry_run("ocsd.method=sdar", f"actor_rollout_ref.model.path={policy_dir}")
-    assert out.returncode == 2 and "ocsd.method='sdar'" in out.stderr and "python -m training.train" in out.stderr
     out = dry_run("ocsd.rho=2", f"actor_rollout_ref.model.path={policy_dir}")
     assert out.returncode == 2 and "rho" in out.stderr
+
+
+def test_the_distilling_methods_dry_run_with_their_settings(alfworld_games, tmp_path, policy_dir):
+    """SDAR, OPSD and GRPO+OPSD run on verl: the dry run shows their settings, OPSD with the policy loss of no
+    policy-gradient term; OPSD with another policy loss is refused before anything is written."""
+    section = ["ocsd.data=generated", f"ocsd.games_dir={alfworld_games}", "ocsd.n_train_games=2",
+               "ocsd.n_val_games=2", "ocsd.sdar_coef=0.02", "ocsd.gate_beta=3.0",
+               f"actor_rollout_ref.model.path={policy_dir}"]
+    for method, mode in (("sdar", "vanilla"), ("opsd", "ocsd_no_policy_gradient"), ("grpo_opsd", "vanilla")):
+        out = dry_run(*section, f"ocsd.method={method}", f"ocsd.run_dir={tmp_path / method}")
+        assert out.returncode == 0, out.stderr[-3000:]
+        config = yaml.safe_load(out.stdout)
+        ocsd, actor = config["ocsd"], config["actor_rollout_ref"]["actor"]
+        assert (ocsd["method"], ocsd["sdar_coef"], ocsd["gate_beta"]) == (method, 0.02, 3.0)
+        assert actor["policy_loss"]["loss_mode"] == mode and actor["use_kl_loss"] is True
+        assert (tmp_path / method / "data" / "train.parquet").is_file()
+    out = dry_run(*section, "ocsd.method=opsd", f"ocsd.run_dir={tmp_path / 'gspo'}",
+                  "actor_rollout_ref.actor.policy_loss.loss_mode=gspo")
+    last = out.stderr.strip().splitlines()[-1]
+    assert out.returncode == 2 and out.stdout == "" and not (tmp_path / "gspo").exists(), out.stderr[-3000:]
+    assert last.startswith("training.verl.main: actor_rollout_ref.actor.policy_loss.loss_mode='gspo'") and (
+        "'opsd' has no policy-gradient term" in last)
 
 
 def test_paper_launch_script_passes_the_setting_on(alfworld_games, tmp_path, policy_dir):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -53,6 +54,10 @@ class ForwardWorkerGroup:
 
     def __init__(self, model, dp_size: int):
         self.model, self._dispatch_info, self.metas = model, {"actor": list(range(dp_size))}, []
+        self.loss_fn = None
+
+    def set_loss_fn(self, loss_fn):  # verl's ActorRolloutRefWorker.set_loss_fn, ONE_TO_ALL
+        self.loss_fn = loss_fn
 
     def compute_log_prob(self, meta):
         import transfer_queue as tq
@@ -103,9 +108,24 @@ def put_batch(tq, cfg, trajs, renderer, eos_token_id: int, *, dp_size: int, seed
     return meta
 
 
-def stub_trainer(cfg, tokenizer, worker_group, run_dir, *, save_freq: int):
+def verl_actor_section(cfg) -> dict:
+    """verl's actor section as ``python -m training.verl.main`` composes it for ``cfg``, resolved."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from training.verl.main import register_defaults
+
+    register_defaults()
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "training/verl/config"),
+                               version_base="1.3"):
+        composed = compose(config_name="ocsd_trainer")
+    OmegaConf.update(composed, "ocsd", cfg.to_dict(), merge=True)
+    return OmegaConf.to_container(composed.actor_rollout_ref.actor, resolve=True)
+
+
+def stub_trainer(cfg, tokenizer, worker_group, run_dir, *, save_freq: int, actor: dict | None = None):
     """An :class:`OCSDTrainer` with what its overrides and verl's ``_compute_old_log_prob`` and
-    ``_compute_metrics`` read."""
+    ``_compute_metrics`` read (``actor``: verl's actor section, default the two keys they read)."""
     from types import SimpleNamespace
 
     from omegaconf import OmegaConf
@@ -119,10 +139,11 @@ def stub_trainer(cfg, tokenizer, worker_group, run_dir, *, save_freq: int):
         "algorithm": {"use_kl_in_reward": False},
         "actor_rollout_ref": {"model": {"path": "tiny-random"},
                               "rollout": {"temperature": 1.0, "calculate_log_probs": False},
-                              "actor": {"loss_agg_mode": "token-mean", "loss_scale_factor": None}}})
+                              "actor": actor or {"loss_agg_mode": "token-mean", "loss_scale_factor": None}}})
     trainer = OCSDTrainer.__new__(OCSDTrainer)  # verl's __init__ would start the workers
     trainer.config, trainer.ocsd = config, cfg
-    trainer.ocsd_spec = supported_method(cfg.method)
+    trainer.ocsd_spec = supported_method(cfg.method, config.actor_rollout_ref.actor.get("policy_loss", {}).get(
+        "loss_mode", "vanilla"))
     trainer.actor_rollout_wg, trainer.tokenizer = worker_group, tokenizer
     trainer.global_steps, trainer.total_training_steps, trainer.timing_raw, trainer.ocsd_row = STEP, 10, {}, {}
     # what verl's own _compute_metrics reads
@@ -190,7 +211,7 @@ def test_trainer_stores_the_single_device_advantages(batch, store, tiny_model, s
     assert (tokens["logp_full"] != tokens["logp_ablated"]).any()
 
     # the kept batch: verl's kept inputs give its advantages again; the single-device computation agrees
-    report = compare(read_kept_batch(batch_path(run, STEP)), cfg, tiny_model, smollm2_tokenizer)
+    report = compare(read_kept_batch(batch_path(run, STEP)), cfg, tiny_model, smollm2_tokenizer, methods=[])
     assert report["rows"] == len(ref.keys) and report["verl_recomputed"] == 0.0
     n_selected = int(ref.stats.selected.sum())
     assert report["selection"] == {"verl": n_selected, "single_device": n_selected, "both": n_selected}
@@ -211,14 +232,99 @@ def test_trainer_stores_the_single_device_advantages(batch, store, tiny_model, s
     assert not any(k.startswith("ocsd/") for k in row)
 
 
-def test_methods_with_a_distillation_loss_are_refused():
+def test_every_method_runs_and_opsd_takes_no_other_policy_loss():
+    from ocsd.algorithm.methods import METHODS
     from training.config import ConfigError
     from training.verl.trainer import supported_method
 
-    for name in ("sdar", "opsd", "grpo_opsd"):
-        with pytest.raises(ConfigError, match=f"ocsd.method='{name}'.*python -m training.train"):
-            supported_method(name)
-    assert supported_method("ocsd_random_select").name == "ocsd_random_select"
+    for name in METHODS:
+        assert supported_method(name).name == name
+    assert supported_method("opsd", "ocsd_no_policy_gradient").name == "opsd"
+    assert supported_method("sdar", "gspo").name == "sdar"
+    with pytest.raises(ConfigError, match="actor_rollout_ref.actor.policy_loss.loss_mode='gspo'.*'opsd'"):
+        supported_method("opsd", "gspo")
+    with pytest.raises(ConfigError, match="ocsd.method='banana': unknown method"):
+        supported_method("banana")
+
+
+@pytest.mark.parametrize("method", ["sdar", "opsd", "grpo_opsd"])
+def test_distilling_methods_store_the_teacher_and_give_the_actor_their_loss(batch, store, tiny_model,
+                                                                            smollm2_tokenizer, tmp_path, method):
+    """The teacher's log-probs are stored by row key as ``teacher_log_probs``, equal to the single-device trainer's;
+    the workers get the method's loss, which on the stored rows, read as the actor update reads them, gives the
+    single-device trainer's loss."""
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.transferqueue_utils import kv_batch_meta2batch_meta
+
+    from ocsd.algorithm.methods import get_method
+    from ocsd.replay.scoring import response_logprobs
+    from training.update import UpdateBatch, _actor_config, policy_loss
+    from training.verl.losses import NO_POLICY_GRADIENT, TEACHER_FIELD, DistillationSettings, actor_loss
+    from training.verl.parity import loss_settings
+
+    cfg, trajs, renderer = batch
+    cfg = replace(cfg, method=method, run_name=f"verl_{method}", sdar_coef=0.05, gate_beta=3.0, kl_coef=0.01)
+    ref = single_device(cfg, trajs, renderer, tiny_model, method, STEP)
+    meta = put_batch(store, cfg, trajs, renderer, smollm2_tokenizer.eos_token_id, dp_size=2, seed=2)
+    group = ForwardWorkerGroup(tiny_model, dp_size=2)
+    trainer = stub_trainer(cfg, smollm2_tokenizer, group, tmp_path / "run", save_freq=100,
+                           actor=verl_actor_section(cfg))
+    assert trainer.install_actor_loss()
+    loss_fn = group.loss_fn
+    assert loss_fn.func is actor_loss and loss_fn.keywords["settings"] == DistillationSettings(method, 0.05, 3.0)
+    config = loss_fn.keywords["config"]
+    assert config.policy_loss.loss_mode == (NO_POLICY_GRADIENT if method == "opsd" else "vanilla")
+    assert (config.use_kl_loss, config.kl_loss_coef, config.loss_agg_mode) == (True, 0.01, cfg.loss_agg_mode)
+
+    meta = trainer._compute_old_log_prob(meta, {})
+    stored = trainer._compute_advantage(meta, {})
+    assert TEACHER_FIELD in stored.fields and TEACHER_FIELD in kv_batch_meta2batch_meta(stored).field_names
+    got = store.kv_batch_get(keys=meta.keys, partition_id="train", select_fields=[TEACHER_FIELD, "extra_fields"])
+    position = {(t.uid, k): i for i, (t, k) in enumerate((trajs[t], k) for t, k in ref.keys)}
+    real = []
+    for key, tag, teacher, extra in zip(meta.keys, meta.tags, got[TEACHER_FIELD].unbind(0), list(got["extra_fields"])):
+        if tag.get("is_padding"):
+            assert float(teacher.abs().sum()) == 0
+            continue
+        i = position[(extra["ocsd_traj_uid"], extra["ocsd_step"])]
+        torch.testing.assert_close(teacher, ref.inputs.logp_teacher[i, : len(ref.old[i])], atol=1e-4, rtol=1e-4)
+        real.append((key, i))
+    assert len(real) == len(ref.keys)
+
+    # the installed loss on four stored rows (a micro-batch as the actor update reads it) against policy_loss on
+    # the same inputs (the teacher's log-probs compared above)
+    keys = [k for k, _ in real[:4]]
+    fields = ["prompts", "responses", "response_mask", "old_log_probs", "advantages", TEACHER_FIELD]
+    data = store.kv_batch_get(keys=keys, partition_id="train", select_fields=fields)
+    data = TensorDict({**{f: data[f] for f in fields}, "ref_log_prob": data["old_log_probs"].clone()}, batch_size=4)
+    lengths = [len(r) for r in data["responses"].unbind(0)]
+    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=sum(lengths), global_batch_size=4)
+    prompts = [p.tolist() for p in data["prompts"].unbind(0)]
+    responses = [r.tolist() for r in data["responses"].unbind(0)]
+    with torch.no_grad():
+        logp, mask = response_logprobs(tiny_model, list(zip(prompts, responses)), padded=True)
+        sequences = [torch.cat([logp.new_zeros(len(p) - 1), logp[j, : len(r)], logp.new_zeros(1)])
+                     for j, (p, r) in enumerate(zip(prompts, responses))]
+        verl_loss, metrics = loss_fn(model_output={"log_probs": torch.nested.as_nested_tensor(
+            sequences, layout=torch.jagged)}, data=data)
+
+        def padded(values):
+            out = torch.zeros(4, logp.shape[1])
+            for j, v in enumerate(values):
+                out[j, : len(v)] = v
+            return out
+
+        old = padded(data["old_log_probs"].unbind(0))
+        rows_batch = UpdateBatch(prompts, responses, old, padded(data["advantages"].unbind(0)), mask, ref_logp=old,
+                                 teacher_logp=padded(data[TEACHER_FIELD].unbind(0)))
+        settings = loss_settings(cfg)
+        actor_config = _actor_config(settings)
+        actor_config.global_batch_info.update(dp_size=1, batch_num_tokens=sum(lengths), global_batch_size=4)
+        ours, our_metrics = policy_loss(get_method(method), logp, rows_batch, [0, 1, 2, 3], settings, actor_config)
+    assert float(verl_loss) == pytest.approx(float(ours), rel=1e-5, abs=1e-7)
+    assert metrics["actor/distill_loss"].values[0] == pytest.approx(our_metrics["actor/distill_loss"], rel=1e-5)
+    assert our_metrics["actor/distill_loss"] != 0 and ("actor/pg_loss" in our_metrics) == (method != "opsd")
 
 
 @pytest.mark.parametrize("mode", ["sdar", "trajectory"])

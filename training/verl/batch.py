@@ -9,12 +9,13 @@ and reorders rows freely (balancing, mini-batching). :func:`trajectories_of_rows
 :func:`training.pipeline.step_advantages` (rewards, GRPO advantages, step NLL, selection, token advantages), with
 verl's old log-probs and a ``score`` that asks for the Full and Observation-Ablated log-probs of the selected steps
 (in verl: the actor's ``compute_log_prob`` on rows built from the pre-rendered view ids and the original response
-ids), and returns :func:`ocsd.algorithm.methods.token_advantages` per key.
+ids), and returns :func:`ocsd.algorithm.methods.token_advantages` per key (and, for methods with a privileged
+teacher, the teacher's log-probs of each response token per key, which the distilling methods' loss reads).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -144,6 +145,9 @@ class BatchAdvantages:
         What the advantage rule read, rows in (trajectory, step) order.
     token_adv : torch.Tensor
         The token advantages in the same padded layout.
+    teacher : dict of str to torch.Tensor
+        The privileged teacher's log-probs of each response token, by row key (methods with a privileged teacher;
+        empty otherwise): what the distilling methods' loss reads in verl's actor.
     """
 
     advantages: dict[str, torch.Tensor]
@@ -153,6 +157,7 @@ class BatchAdvantages:
     scores: ReplayScores
     inputs: TokenInputs
     token_adv: torch.Tensor
+    teacher: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def batch_advantages(rows: Sequence[StepRow], old_logp: Mapping[str, np.ndarray], *, spec: MethodSpec,
@@ -206,7 +211,9 @@ def batch_advantages(rows: Sequence[StepRow], old_logp: Mapping[str, np.ndarray]
                              old_logprobs=lambda pairs: _padded([old_logp[key_of[tk]] for tk in keys]))
     mask, adv = result.stats.mask, result.token_adv
     advantages = {key_of[tk]: adv[i, : int(mask[i].sum())].clone() for i, tk in enumerate(keys)}
-    return BatchAdvantages(advantages, trajs, where, result.stats, result.scores, result.inputs, adv)
+    teacher = {} if result.teacher_logp is None else {
+        key_of[tk]: result.teacher_logp[i, : int(mask[i].sum())].clone() for i, tk in enumerate(keys)}
+    return BatchAdvantages(advantages, trajs, where, result.stats, result.scores, result.inputs, adv, teacher)
 
 
 def row_scoring(rows: Sequence[StepRow], trajs: Sequence[Trajectory], where: Mapping[str, StepKey],

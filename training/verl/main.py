@@ -13,7 +13,9 @@ replaced by its folder); unset, the section's ``model`` with its ``warm_start`` 
 ``cuda`` or ``cuda:N``; verl places the models, and the section is given ``cpu``.
 
 Before verl starts, the section is completed with the suite's defaults and checked, the method is checked against
-what verl's actor can compute, ``trainer.n_gpus_per_node`` and ``trainer.nnodes`` must be counts >= 1, the run
+verl's policy-loss mode (every method runs; ``opsd``, without a policy-gradient term, gets
+``actor_rollout_ref.actor.policy_loss.loss_mode=ocsd_no_policy_gradient``, :mod:`training.verl.losses`),
+``trainer.n_gpus_per_node`` and ``trainer.nnodes`` must be counts >= 1, the run
 folder must be writable and hold nothing but a verl run of the same settings (:func:`check_run_dir`: not a run of
 ``python -m training.train`` or of another command, nor unrelated files; ``ocsd.overwrite=true`` writes into it
 anyway), and the task rows (:mod:`training.verl.tasks`) of the run's task source are written
@@ -38,6 +40,7 @@ from ocsd.records import LOCK_FILE, METRICS_FILE, RUN_FILE
 from training.config import DEVICE_FORM, ConfigError, TrainConfig
 from training.verl.agent_loop import ocsd_settings, task_source
 from training.verl.parity import BATCH_FOLDER
+from training.verl.losses import policy_loss_mode
 from training.verl.tasks import write_task_rows
 from training.verl.trainer import supported_method
 
@@ -62,8 +65,9 @@ def prepare(config: DictConfig) -> TrainConfig:
     ------
     training.config.ConfigError
         The section names an unknown setting or an invalid value (``device`` included, although verl places the
-        models), the method needs a loss verl's actor does not compute, or ``actor_rollout_ref.model.path`` is
-        not a model folder with its config and weights, nor an installed catalogue model.
+        models), ``actor_rollout_ref.actor.policy_loss.loss_mode`` names a policy loss for a method without a
+        policy-gradient term, or ``actor_rollout_ref.model.path`` is not a model folder with its config and
+        weights, nor an installed catalogue model.
     ValueError
         The environment's task source cannot be built from the section's data settings.
     """
@@ -74,9 +78,13 @@ def prepare(config: DictConfig) -> TrainConfig:
     with open_dict(config):  # verl places the models; the section's device is read by CPU-only Ray processes too
         config.ocsd.device = "cpu"
     settings = ocsd_settings(config)
-    supported_method(settings.method)
+    actor = config.actor_rollout_ref.actor
+    given = actor.get("policy_loss", {}).get("loss_mode", "vanilla")
+    spec = supported_method(settings.method, given)
     with open_dict(config):
         config.ocsd = OmegaConf.create(settings.to_dict())
+        if not spec.policy_gradient:  # shown by --dry-run; the trainer's actor loss uses the same mode
+            actor.policy_loss.loss_mode = policy_loss_mode(spec, given)
     check_run_dir(settings)
     for key in ("train_files", "val_files"):  # they may be moved out of the run folder
         problem = folder_problem(Path(str(config.data[key])).parent, write=True)

@@ -3,8 +3,8 @@
 With ``ocsd.keep_batch=true`` the OCSD trainer (:class:`training.verl.trainer.OCSDTrainer`) keeps what it read and
 wrote at each checkpoint step in ``RUN/batches/global_step_N.pt`` (:func:`keep_batch`): the batch's rows (prompt and
 response ids, the agent loop's ``extra_fields``), verl's old log-probs, what the actor's ``compute_log_prob``
-returned for every replay-view row, and the token advantages it stored. This command then answers two questions
-about that batch:
+returned for every replay-view row (the privileged teacher's rows included), and the token advantages it stored.
+This command then answers three questions about that batch:
 
 ``verl``
     Recomputed from the kept inputs (old log-probs and view scores as verl computed them) with
@@ -18,6 +18,15 @@ about that batch:
     advantages, how many selected steps agree, whether the agent loop's pre-rendered view ids equal the renderer's,
     and the share of tokens whose advantage keeps its sign. The log-probs of two implementations differ by their
     rounding (verl's actor computes in bfloat16), so these differences are not zero; the recomputation must be.
+``update``
+    Does the update give the same loss and gradient through both trainers? For the run's method and the three
+    methods with a distillation term (``--update-methods``), the batch's update (one mini-batch of all its rows,
+    the stored advantages, the teacher's log-probs kept, or scored with the step's weights for a run without a
+    privileged teacher) goes through the single-device trainer's :func:`training.update.policy_loss` and
+    :func:`training.update.ppo_update` and through the loss the verl trainer gives the actor
+    (:mod:`training.verl.losses`) on micro-batches made by verl's own ``prepare_micro_batches``
+    (:func:`update_parity`), with two micro-batch sizes. Printed: each side's loss and gradient norm and their
+    largest relative difference, which only rounding may make non-zero.
 
 The weights of step N are those before its update: the run's initial weights for step 1 (``model`` of
 ``run.json``), otherwise a Hugging Face folder named with ``--weights``. ``--groups N`` compares the first N task
@@ -36,7 +45,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ocsd.algorithm.methods import MethodSpec, TokenInputs, get_method
+from ocsd.algorithm.methods import METHODS, MethodSpec, TokenInputs, get_method
 from ocsd.records import RUN_FILE, read_run_info
 from training.config import TrainConfig, make_config
 from training.pipeline import BatchStatistics, forward_scoring, step_advantages
@@ -44,8 +53,10 @@ from training.replay import ReplayScores, step_record
 from training.rollout.loop import StepSample, Trajectory
 from training.verl.batch import StepRow, ViewRequest, batch_advantages, trajectories_of_rows
 
-__all__ = ["KeptBatch", "SingleDevice", "batch_path", "compare", "first_groups", "keep_batch", "main",
-           "read_kept_batch", "recompute", "single_device_advantages"]
+__all__ = ["KeptBatch", "SingleDevice", "UPDATE_METHODS", "batch_path", "compare", "first_groups", "keep_batch",
+           "loss_settings", "main", "read_kept_batch", "recompute", "single_device_advantages", "single_device_update",
+           "teacher_scores", "update_batch", "update_methods", "update_parity", "update_splits",
+           "verl_actor_config", "verl_update"]
 
 BATCH_FOLDER = "batches"
 """Folder of a run that holds the kept batches."""
@@ -216,6 +227,241 @@ def single_device_advantages(trajs: Sequence[Trajectory], model, renderer, *, sp
     return SingleDevice(result.stats.keys, result.stats, result.scores, result.inputs, result.token_adv)
 
 
+# -- the update: the same loss and gradient through both trainers --------------------------------------------------
+
+UPDATE_METHODS = ("opsd", "grpo_opsd", "sdar")
+"""The methods whose update adds a distillation term: the update check covers them on any kept batch."""
+
+
+def _padded_rows(values: Sequence[np.ndarray], width: int) -> torch.Tensor:
+    out = torch.zeros(len(values), width, dtype=torch.float32)
+    for i, v in enumerate(values):
+        out[i, : len(v)] = torch.as_tensor(np.asarray(v, dtype=np.float32))
+    return out
+
+
+def update_batch(kept: KeptBatch, teacher: dict[str, np.ndarray] | None = None):
+    """The kept batch as the single-device update takes it (:class:`training.update.UpdateBatch`), rows in the
+    kept order: ids, verl's old log-probs, the stored advantages, the old log-probs again as the reference (the
+    reference log-probs are not kept; at step 1 the step's weights are the reference) and ``teacher`` (default: the
+    kept ``teacher`` scores, when there are)."""
+    from training.update import UpdateBatch
+
+    keys = [r.key for r in kept.rows]
+    lengths = [len(r.response_ids) for r in kept.rows]
+    width = max(lengths, default=0)
+    mask = torch.zeros(len(keys), width, dtype=torch.bool)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = True
+    old = _padded_rows([kept.old_logp[k] for k in keys], width)
+    if teacher is None and all((k, "teacher") in kept.scores for k in keys):
+        teacher = {k: kept.scores[(k, "teacher")] for k in keys}
+    return UpdateBatch(prompt_ids=[list(r.prompt_ids) for r in kept.rows],
+                       response_ids=[list(r.response_ids) for r in kept.rows], old_logp=old,
+                       advantages=_padded_rows([kept.advantages[k] for k in keys], width), mask=mask,
+                       ref_logp=old.clone(),
+                       teacher_logp=None if teacher is None else _padded_rows([teacher[k] for k in keys], width))
+
+
+def loss_settings(cfg: TrainConfig, micro_batch_tokens: int | None = None):
+    """The single-device trainer's :class:`training.update.LossSettings` of ``cfg``."""
+    from training.update import LossSettings
+
+    return LossSettings(clip_ratio=cfg.clip_ratio, kl_coef=cfg.kl_coef, kl_type=cfg.kl_type,
+                        loss_agg_mode=cfg.loss_agg_mode, aux_coef=cfg.sdar_coef, gate_beta=cfg.gate_beta,
+                        grad_clip=cfg.grad_clip, micro_batch_tokens=micro_batch_tokens or cfg.micro_batch_tokens)
+
+
+def _grad_norm(model) -> float:
+    grads = [p.grad.detach().double().norm() for p in model.parameters() if p.requires_grad and p.grad is not None]
+    return float(torch.stack(grads).norm()) if grads else 0.0
+
+
+def single_device_update(model, spec: MethodSpec, rows, settings) -> dict[str, float]:
+    """Loss and gradient norm of one mini-batch of all ``rows`` through the single-device trainer: the sum of
+    :func:`training.update.policy_loss` over the micro-batches :func:`training.update.ppo_update` makes
+    (``settings.micro_batch_tokens``), and the gradient norm ``ppo_update`` reports for one optimizer step of
+    learning rate 0 (the weights are left as they were).
+
+    Returns
+    -------
+    dict
+        ``loss``, ``grad_norm``, ``micro_batches`` and ``distill_loss`` (the unweighted distillation term, for a
+        method with one).
+    """
+    from ocsd.replay.scoring import response_logprobs
+    from training.update import _actor_config, micro_batches, policy_loss, ppo_update
+
+    actor_config = _actor_config(settings)
+    actor_config.global_batch_info.update(dp_size=1, batch_num_tokens=int(rows.mask.sum()),
+                                          global_batch_size=int((rows.mask.sum(dim=1) > 0).sum()))
+    lengths = [len(p) + len(r) for p, r in zip(rows.prompt_ids, rows.response_ids)]
+    groups = micro_batches(lengths, settings.micro_batch_tokens)
+    total, distill = 0.0, 0.0
+    with torch.no_grad():
+        for group in groups:
+            logp, _ = response_logprobs(model, [(rows.prompt_ids[i], rows.response_ids[i]) for i in group],
+                                        padded=True, token_budget=max(settings.micro_batch_tokens, max(lengths)))
+            loss, metrics = policy_loss(spec, logp, rows, list(group), settings, actor_config)
+            total += float(loss)
+            distill += metrics.get("actor/distill_loss", 0.0)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    metrics = ppo_update(model, optimizer, spec, rows, settings)
+    model.zero_grad(set_to_none=True)
+    out = {"loss": total, "grad_norm": metrics["actor/grad_norm"], "micro_batches": len(groups)}
+    if spec.aux_loss is not None:
+        out["distill_loss"] = distill
+    return out
+
+
+def verl_actor_config(settings):
+    """verl's actor config with the loss settings of the single-device trainer (PPO clip, KL loss, aggregation)."""
+    from verl.workers.config.actor import FSDPActorConfig
+
+    return FSDPActorConfig(clip_ratio=settings.clip_ratio, clip_ratio_low=settings.clip_ratio,
+                           clip_ratio_high=settings.clip_ratio, loss_agg_mode=settings.loss_agg_mode,
+                           use_kl_loss=settings.kl_coef > 0, kl_loss_coef=settings.kl_coef,
+                           kl_loss_type=settings.kl_type, ppo_mini_batch_size=1, use_dynamic_bsz=True,
+                           ppo_max_token_len_per_gpu=settings.micro_batch_tokens, rollout_n=1)
+
+
+def verl_update(model, spec: MethodSpec, rows, settings, *, max_token_len: int) -> dict[str, float]:
+    """Loss and gradient norm of one mini-batch of all ``rows`` through verl's side of the update: the rows as the
+    actor's engine receives them (nested per-row fields, ``teacher_log_probs`` among them, the mini-batch's
+    ``dp_size``, ``batch_num_tokens`` and ``global_batch_size``), split by verl's own ``prepare_micro_batches``
+    (``max_token_len`` real tokens a micro-batch), and per micro-batch the loss function the trainer gives the
+    actor (:func:`training.verl.losses.actor_loss` for a method with a distillation term, else verl's
+    ``ppo_loss``) on the current log-probs of the whole sequence, back-propagated; the gradients are summed.
+
+    Returns
+    -------
+    dict
+        ``loss``, ``grad_norm``, ``micro_batches`` and ``distill_loss`` (the unweighted term summed over the
+        micro-batches, as verl sums its metric).
+    """
+    import functools
+
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.engine.utils import prepare_micro_batches
+    from verl.workers.utils.losses import ppo_loss
+
+    from ocsd.replay.scoring import response_logprobs
+    from training.verl.losses import TEACHER_FIELD, DistillationSettings, actor_loss_fn
+
+    config = verl_actor_config(settings)
+    if spec.aux_loss is not None:
+        loss_fn = actor_loss_fn(config, DistillationSettings(spec.name, settings.aux_coef, settings.gate_beta))
+    else:
+        loss_fn = functools.partial(ppo_loss, config=config)
+    n = len(rows.prompt_ids)
+    lengths = [int(m.sum()) for m in rows.mask]
+
+    def nested(values):
+        return torch.nested.as_nested_tensor(list(values), layout=torch.jagged)
+
+    fields = {"prompts": nested(torch.tensor(p, dtype=torch.int64) for p in rows.prompt_ids),
+              "responses": nested(torch.tensor(r, dtype=torch.int64) for r in rows.response_ids),
+              "input_ids": nested(torch.tensor(list(p) + list(r), dtype=torch.int64)
+                                  for p, r in zip(rows.prompt_ids, rows.response_ids)),
+              "response_mask": nested(torch.ones(n_i, dtype=torch.int64) for n_i in lengths),
+              "old_log_probs": nested(rows.old_logp[i, : lengths[i]] for i in range(n)),
+              "advantages": nested(rows.advantages[i, : lengths[i]] for i in range(n)),
+              "ref_log_prob": nested(rows.ref_logp[i, : lengths[i]] for i in range(n))}
+    if spec.aux_loss is not None:
+        fields[TEACHER_FIELD] = nested(rows.teacher_logp[i, : lengths[i]] for i in range(n))
+    fields["loss_mask"] = fields["response_mask"]
+    data = TensorDict(fields, batch_size=n)
+    tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=int(max_token_len), dp_size=1,
+                         batch_num_tokens=int(sum(lengths)), global_batch_size=n)
+    groups, _ = prepare_micro_batches(data, dp_group=None)
+    model.zero_grad(set_to_none=True)
+    model.train()
+    total, distill = 0.0, 0.0
+    for micro in groups:
+        prompts, responses = list(micro["prompts"].unbind(0)), list(micro["responses"].unbind(0))
+        pairs = [(p.tolist(), r.tolist()) for p, r in zip(prompts, responses)]
+        budget = max(int(max_token_len), max(len(a) + len(b) for a, b in pairs))
+        logp, _ = response_logprobs(model, pairs, grad=True, padded=True, token_budget=budget)
+        # verl's engine returns log-probs over each row's sequence, position t holding log p(token t + 1)
+        sequences = [torch.cat([logp.new_zeros(len(p) - 1), logp[i, : len(r)], logp.new_zeros(1)])
+                     for i, (p, r) in enumerate(zip(prompts, responses))]
+        loss, metrics = loss_fn(model_output={"log_probs": nested(sequences)}, data=micro)
+        loss.backward()
+        total += float(loss.detach())
+        if "actor/distill_loss" in metrics:
+            distill += sum(metrics["actor/distill_loss"].values)
+    model.eval()
+    out = {"loss": total, "grad_norm": _grad_norm(model), "micro_batches": len(groups)}
+    model.zero_grad(set_to_none=True)
+    if spec.aux_loss is not None:
+        out["distill_loss"] = distill
+    return out
+
+
+def _spread(values: Sequence[float]) -> float:
+    """Largest difference of ``values`` relative to the largest magnitude among them."""
+    values = np.asarray(values, dtype=np.float64)
+    return float((values.max() - values.min()) / max(np.abs(values).max(), 1e-12))
+
+
+def update_parity(rows, cfg: TrainConfig, model, methods: Sequence[str],
+                  splits: Sequence[int] = (0,)) -> dict[str, dict]:
+    """The update of ``rows`` (:func:`update_batch`) through both trainers, for each method of ``methods``.
+
+    Parameters
+    ----------
+    rows : training.update.UpdateBatch
+        With ``teacher_logp`` for methods with a distillation term.
+    cfg : TrainConfig
+        The loss settings (clip, KL, aggregation, ``sdar_coef``, ``gate_beta``).
+    model
+        The step's weights (left unchanged).
+    methods : sequence of str
+    splits : sequence of int
+        Micro-batch token budgets to run each side with (0: ``cfg.micro_batch_tokens``): the single-device trainer
+        splits by padded tokens, verl by real tokens, so the two sides' micro-batches differ, and the loss and
+        gradient must not.
+
+    Returns
+    -------
+    dict
+        ``{method: {"single_device": [...], "verl": [...], "loss_max_rel", "grad_norm_max_rel"}}``, one entry of
+        each side per split; the largest relative differences are over all pairs of runs of the method.
+    """
+    report = {}
+    for name in methods:
+        spec = get_method(name)
+        if spec.aux_loss is not None and rows.teacher_logp is None:
+            raise ValueError(f"method {name!r}: the batch has no teacher log-probs")
+        ours, theirs = [], []
+        for budget in splits:
+            settings = loss_settings(cfg, budget or None)
+            ours.append(single_device_update(model, spec, rows, settings))
+            theirs.append(verl_update(model, spec, rows, settings, max_token_len=settings.micro_batch_tokens))
+        runs = ours + theirs
+        report[name] = {"single_device": ours, "verl": theirs, "loss_max_rel": _spread([r["loss"] for r in runs]),
+                        "grad_norm_max_rel": _spread([r["grad_norm"] for r in runs])}
+    return report
+
+
+def teacher_scores(kept: KeptBatch, model, tokenizer, cfg: TrainConfig) -> dict[str, np.ndarray]:
+    """The privileged teacher's log-probs of every kept row: the kept ``teacher`` scores where the run's method
+    scored them, else the responses under the teacher's prompts (:mod:`training.teachers`) scored by ``model``."""
+    from ocsd.replay.scoring import response_logprobs
+    from training.teachers import teacher_context
+
+    if all((r.key, "teacher") in kept.scores for r in kept.rows):
+        return {r.key: np.asarray(kept.scores[(r.key, "teacher")], np.float32) for r in kept.rows}
+    trajs, where = trajectories_of_rows(kept.rows)
+    context = teacher_context(tokenizer, cfg.env, cfg.max_prompt_length)
+    keys = [r.key for r in kept.rows]
+    pairs = [(context(trajs[where[k][0]], trajs[where[k][0]].steps[where[k][1]]),
+              trajs[where[k][0]].steps[where[k][1]].response_ids) for k in keys]
+    logp = response_logprobs(model, pairs, token_budget=cfg.scoring_token_budget)
+    return {k: lp.float().cpu().numpy() for k, lp in zip(keys, logp)}
+
+
 def _differences(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
     if not pairs:
         return {"tokens": 0, "max_abs": float("nan"), "mean_abs": float("nan")}
@@ -223,16 +469,35 @@ def _differences(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> dict[str, fl
     return {"tokens": int(diff.size), "max_abs": float(diff.max(initial=0.0)), "mean_abs": float(diff.mean())}
 
 
-def compare(kept: KeptBatch, cfg: TrainConfig, model, tokenizer) -> dict:
+def update_methods(method: str) -> list[str]:
+    """The methods whose update :func:`compare` checks by default: the run's and those of :data:`UPDATE_METHODS`."""
+    return list(dict.fromkeys([method, *UPDATE_METHODS]))
+
+
+def update_splits(cfg: TrainConfig, rows) -> tuple[int, ...]:
+    """Micro-batch token budgets of the update check: the run's ``micro_batch_tokens`` and a quarter of it (at
+    least the longest row, which verl's split requires)."""
+    longest = max((len(p) + len(r) for p, r in zip(rows.prompt_ids, rows.response_ids)), default=1)
+    budgets = (max(cfg.micro_batch_tokens, longest), max(cfg.micro_batch_tokens // 4, longest))
+    return tuple(dict.fromkeys(budgets))
+
+
+def compare(kept: KeptBatch, cfg: TrainConfig, model, tokenizer, methods: Sequence[str] | None = None) -> dict:
     """The report of the module docstring for ``kept``, with ``model`` as the step's old policy.
+
+    Parameters
+    ----------
+    methods : sequence of str, optional
+        The methods whose update is checked (default :func:`update_methods`; empty: none).
 
     Returns
     -------
     dict
         ``verl_recomputed`` (largest token difference of the recomputed advantages, 0 when they are equal),
         ``old_logp``, ``view_scores``, ``advantages`` (``tokens``, ``max_abs``, ``mean_abs`` and, for the
-        advantages, ``sign_agreement``), ``selection`` (counts and overlap) and ``view_ids`` (selected steps whose
-        pre-rendered Full and Ablated ids equal the renderer's).
+        advantages, ``sign_agreement``), ``selection`` (counts and overlap), ``view_ids`` (selected steps whose
+        pre-rendered Full and Ablated ids equal the renderer's) and ``update`` (:func:`update_parity` of each
+        method, with ``splits``).
     """
     from ocsd.replay.prompts import PromptRenderer
     from ocsd.replay.render import render_steps
@@ -270,7 +535,18 @@ def compare(kept: KeptBatch, cfg: TrainConfig, model, tokenizer) -> dict:
     return {"step": kept.step, "method": cfg.method, "rows": len(kept.rows), "verl_recomputed": exact,
             "old_logp": _differences(old), "view_scores": view_scores, "advantages": adv,
             "selection": {"verl": len(verl_selected), "single_device": len(ours_selected), "both": len(both)},
-            "view_ids": {"compared": len(rendered), "identical": int(same_ids)}}
+            "view_ids": {"compared": len(rendered), "identical": int(same_ids)},
+            "update": _update_report(kept, cfg, model, tokenizer, update_methods(cfg.method) if methods is None
+                                     else list(methods))}
+
+
+def _update_report(kept: KeptBatch, cfg: TrainConfig, model, tokenizer, methods: list[str]) -> dict:
+    if not methods:
+        return {}
+    distilling = any(get_method(m).aux_loss is not None for m in methods)
+    rows = update_batch(kept, teacher_scores(kept, model, tokenizer, cfg) if distilling else None)
+    splits = update_splits(cfg, rows)
+    return {"splits": list(splits), "methods": update_parity(rows, cfg, model, methods, splits)}
 
 
 def _print(report: dict) -> None:
@@ -284,6 +560,17 @@ def _print(report: dict) -> None:
     for name, d in lines + [("token advantages", report["advantages"])]:
         print(f"  {name:<40} {d['tokens']:>7}  {d['max_abs']:>11.4g}  {d['mean_abs']:>11.4g}")
     print(f"token advantages with the same sign: {report['advantages']['sign_agreement']:.2%}")
+    update = report.get("update") or {}
+    if update:
+        print(f"the update (one mini-batch, micro-batches of {' and '.join(map(str, update['splits']))} tokens):")
+        print("  method        side            loss     grad norm   micro-batches")
+        for name, got in update["methods"].items():
+            for side in ("single_device", "verl"):
+                for run in got[side]:
+                    print(f"  {name:<12}  {side:<13} {run['loss']:>10.6g}  {run['grad_norm']:>11.6g}  "
+                          f"{run['micro_batches']:>6}")
+            print(f"  {name:<12}  largest relative difference: loss {got['loss_max_rel']:.3g}, "
+                  f"gradient norm {got['grad_norm_max_rel']:.3g}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -297,6 +584,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on the CPU")
     parser.add_argument("--groups", type=int, help="compare the first N task groups only (each group's advantages "
                         "depend on it alone; for a quicker check on a CPU)")
+    parser.add_argument("--update-methods", nargs="*", metavar="METHOD",
+                        help="methods whose update (loss and gradient norm) is compared (default: the run's method "
+                        f"and {', '.join(UPDATE_METHODS)}; none named: no update check)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     from ocsd.replay.models import load_model, load_tokenizer
@@ -312,6 +602,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError(f"--groups: method {cfg.method!r} selects steps at random over the whole batch; "
                                  "compare it whole")
             kept = first_groups(kept, args.groups)
+        for name in args.update_methods or []:
+            if name not in METHODS:
+                raise ValueError(f"--update-methods: unknown method {name!r}; known: {', '.join(METHODS)}")
     except (OSError, ValueError, KeyError) as err:
         print(f"training.verl.parity: {err if not isinstance(err, KeyError) else f'{info_file}: no {err}'}",
               file=sys.stderr)
@@ -327,7 +620,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = load_model(weights, device=args.device, dtype=dtype).eval()
     tokenizer = (load_tokenizer(weights) if (Path(weights) / "tokenizer_config.json").is_file()
                  else policy_tokenizer(cfg.model))
-    report = compare(kept, cfg, model, tokenizer)
+    report = compare(kept, cfg, model, tokenizer, args.update_methods)
     print(json.dumps(report, indent=1)) if args.json else _print(report)
     return 0
 

@@ -6,6 +6,8 @@ the same where the package is not installed. Importing this module registers
 
 - the agent loop :class:`training.verl.agent_loop.EnvironmentAgentLoop` under ``agent_name`` ``ocsd_env``;
 - the trainer :class:`training.verl.trainer.OCSDTrainer` under ``trainer.v1.trainer_mode`` ``ocsd_sync``;
+- the policy loss :func:`training.verl.losses.no_policy_gradient` under ``actor.policy_loss.loss_mode``
+  ``ocsd_no_policy_gradient`` (OPSD's update, without a policy-gradient term);
 
 so the Ray processes that import verl (the task runner, the agent-loop workers) find them by name. Where flash-attn
 is not installed it also replaces verl's per-token log-prob fallback by the same computation in blocks of rows
@@ -25,7 +27,8 @@ _PLATFORM_LOG.setLevel(logging.ERROR)
 try:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
-        from training.verl import agent_loop, trainer  # noqa: F401  (register the agent loop and the trainer)
+        # register the agent loop, the trainer and (imported by the trainer) the policy loss
+        from training.verl import agent_loop, losses, trainer
 finally:
     _PLATFORM_LOG.setLevel(_LEVEL)
 from training.verl.logprobs import install as _install_logprobs
@@ -38,10 +41,12 @@ __all__ = ["AGENT_NAME", "TRAINER_MODE", "registered"]
 
 
 def registered() -> bool:
-    """Whether verl's registries hold the suite's agent loop and trainer."""
+    """Whether verl's registries hold the suite's agent loop, trainer and policy loss."""
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
     from verl.trainer.ppo.v1 import get_trainer_cls
 
     loop = _agent_loop_registry.get(AGENT_NAME, {}).get("_target_") == (
         f"{agent_loop.EnvironmentAgentLoop.__module__}.{agent_loop.EnvironmentAgentLoop.__qualname__}")
-    return loop and get_trainer_cls(TRAINER_MODE) is trainer.OCSDTrainer
+    return (loop and get_trainer_cls(TRAINER_MODE) is trainer.OCSDTrainer
+            and get_policy_loss_fn(losses.NO_POLICY_GRADIENT) is losses.no_policy_gradient)

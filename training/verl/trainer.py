@@ -12,15 +12,21 @@ update with PPO clipping and the KL loss, checkpoints, weight sync to the rollou
     NLL and the top-rho selection, then the replay scores of the selected steps, obtained from the actor's own
     ``compute_log_prob`` on rows built from the pre-rendered view prompt ids and the original response ids
     (:class:`ActorReplayScorer`, a separate store partition), then the ``ocsd`` core's token advantages. They are
-    written back as ``advantages`` (and ``returns``) by row key, never by position. At checkpoint steps both
-    views are scored and the records are held for :class:`training.verl.checkpoint.ReplayCheckpointCallback`.
+    written back as ``advantages`` (and ``returns``) by row key, never by position. For methods with a privileged
+    teacher every step's response is also scored under the teacher's prompt (a separate pass of the same scorer);
+    those log-probs are written by row key as the per-token field ``teacher_log_probs``
+    (:data:`training.verl.losses.TEACHER_FIELD`), which the actor update reads. At checkpoint steps both views are
+    scored and the records are held for :class:`training.verl.checkpoint.ReplayCheckpointCallback`.
 ``_compute_metrics``
     adds the suite's ``metrics.jsonl`` row (the single-device trainer's keys, :func:`training.pipeline.step_metrics`,
     and ``time/<phase>`` from verl's timers) in the run folder, ``trainer.default_local_dir``.
 
 The OCSD settings are the verl config's top-level ``ocsd:`` section (:func:`training.verl.agent_loop.ocsd_settings`).
-Methods whose update adds a distillation term to the loss (``opsd``, ``grpo_opsd``, ``sdar``) need that term in
-verl's actor and are refused; the others (``ocsd`` and its ablations, ``grpo``, ``rlsd``) run.
+Every method of the suite runs. Those whose update adds a distillation term to the loss (``opsd``, ``grpo_opsd``,
+``sdar``) get it in verl's actor: after verl's setup the trainer gives the actor's workers the loss function
+:func:`training.verl.losses.actor_loss` (verl's ``ppo_loss`` plus the term on ``teacher_log_probs``, through the
+workers' ``set_loss_fn``); ``opsd``, without a policy-gradient term, runs with the policy loss
+:data:`training.verl.losses.NO_POLICY_GRADIENT`.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from training.teachers import teacher_context
 from training.verl.agent_loop import ocsd_settings, task_source
 from training.verl.batch import BatchAdvantages, StepRow, ViewRequest, batch_advantages
 from training.verl.checkpoint import PendingReplay, hold_replay
+from training.verl.losses import TEACHER_FIELD, actor_loss_fn, distillation_settings, policy_loss_mode
 from training.verl.parity import KeptBatch, batch_path, keep_batch
 
 __all__ = ["ActorReplayScorer", "OCSDTrainer", "REPLAY_PARTITION", "TRAINER_MODE", "metrics_row", "read_rows",
@@ -64,19 +71,26 @@ PHASES = {"time/rollout": "gen", "time/old_logprob": "old_log_prob", "time/ref_l
 """The suite's timing keys and the verl timers they are read from (seconds)."""
 
 
-def supported_method(name: str) -> MethodSpec:
-    """The method ``name`` if its update is verl's PPO loss on token advantages.
+def supported_method(name: str, loss_mode: str = "vanilla") -> MethodSpec:
+    """The method ``name``, checked against verl's policy-loss mode ``loss_mode``
+    (``actor_rollout_ref.actor.policy_loss.loss_mode``).
+
+    Every registered method runs; one without a policy-gradient term (``opsd``) runs with the policy loss
+    :data:`training.verl.losses.NO_POLICY_GRADIENT` and takes no other (:func:`training.verl.losses.policy_loss_mode`).
 
     Raises
     ------
     training.config.ConfigError
-        For a method whose loss adds a distillation term (it would need that term in verl's actor).
+        An unknown method, or a policy-loss mode the method cannot take.
     """
-    spec = get_method(name)
-    if spec.aux_loss is not None or not spec.policy_gradient:
-        raise ConfigError(f"ocsd.method={name!r}: its update adds the {spec.aux_loss!r} term to the loss, which "
-                          "verl's actor does not compute; run it with python -m training.train, or choose one of "
-                          "ocsd, its ablations, grpo, rlsd")
+    try:
+        spec = get_method(name)
+    except ValueError as err:
+        raise ConfigError(f"ocsd.method={name!r}: {err}") from None
+    try:
+        policy_loss_mode(spec, loss_mode)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     return spec
 
 
@@ -101,34 +115,50 @@ def read_rows(batch: KVBatchMeta) -> tuple[list[StepRow], dict[str, np.ndarray]]
     return rows, {key: o.float().numpy() for key, o in zip(keys, old)}
 
 
-def write_advantages(batch: KVBatchMeta, advantages: Mapping[str, torch.Tensor]) -> KVBatchMeta:
-    """Store ``advantages`` (and the same as ``returns``, as verl's GRPO does) for every row of the batch;
-    padding rows and rows without advantages get zeros.
+def _per_token(keys: Sequence[str], masks: Sequence[torch.Tensor], values: Mapping[str, torch.Tensor],
+               what: str) -> torch.Tensor:
+    """``values`` of every key as one nested (jagged) tensor, zeros for keys without values; each row as long as
+    its response."""
+    rows = []
+    for key, mask in zip(keys, masks):
+        value = values.get(key)
+        if value is None:
+            value = torch.zeros(len(mask), dtype=torch.float32)
+        elif len(value) != len(mask):
+            raise ValueError(f"row {key!r}: {len(value)} {what} for a {len(mask)}-token response")
+        rows.append(torch.as_tensor(value).float())
+    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+
+
+def write_advantages(batch: KVBatchMeta, advantages: Mapping[str, torch.Tensor],
+                     teacher: Mapping[str, torch.Tensor] | None = None) -> KVBatchMeta:
+    """Store ``advantages`` (and the same as ``returns``, as verl's GRPO does) for every row of the batch, and with
+    ``teacher`` the teacher's log-probs as :data:`training.verl.losses.TEACHER_FIELD`, all by row key; padding rows
+    and rows without values get zeros.
 
     Returns
     -------
     KVBatchMeta
-        The batch as the store now describes it, its ``fields`` including the two new ones: what verl's later
+        The batch as the store now describes it, its ``fields`` including the new ones: what verl's later
         phases (the actor update) read, as verl's own ``_compute_advantage`` returns it.
 
     Raises
     ------
     ValueError
-        An advantage whose length differs from its row's response.
+        An advantage or teacher log-prob row whose length differs from its row's response, or a ``teacher`` that
+        misses a row with advantages (before anything is stored).
     """
     masks = _unbind(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                                     select_fields=["response_mask"])["response_mask"])
-    values = []
-    for key, mask in zip(batch.keys, masks):
-        adv = advantages.get(key)
-        if adv is None:
-            adv = torch.zeros(len(mask), dtype=torch.float32)
-        elif len(adv) != len(mask):
-            raise ValueError(f"row {key!r}: {len(adv)} advantages for a {len(mask)}-token response")
-        values.append(adv.float())
-    nested = torch.nested.as_nested_tensor(values, layout=torch.jagged)
+    nested = _per_token(batch.keys, masks, advantages, "advantages")
+    fields = {"advantages": nested, "returns": nested.clone()}
+    if teacher is not None:
+        missing = [key for key in batch.keys if key in advantages and key not in teacher]
+        if missing:
+            raise ValueError(f"rows {missing[:3]}: no teacher log-probs")
+        fields[TEACHER_FIELD] = _per_token(batch.keys, masks, teacher, "teacher log-probs")
     return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
-                           fields=TensorDict({"advantages": nested, "returns": nested.clone()}, batch_size=len(values)))
+                           fields=TensorDict(fields, batch_size=len(masks)))
 
 
 class ActorReplayScorer:
@@ -232,7 +262,8 @@ class OCSDTrainer(PPOTrainerSync):
     def __init__(self, config):
         super().__init__(config)
         self.ocsd: TrainConfig = ocsd_settings(config)
-        self.ocsd_spec = supported_method(self.ocsd.method)
+        loss_mode = config.actor_rollout_ref.actor.get("policy_loss", {}).get("loss_mode", "vanilla")
+        self.ocsd_spec = supported_method(self.ocsd.method, loss_mode)
         if config.algorithm.get("use_kl_in_reward", False):
             raise ConfigError("algorithm.use_kl_in_reward=True: the method's advantages replace verl's rewards; "
                               "use the KL loss (actor_rollout_ref.actor.use_kl_loss=True) as the paper does")
@@ -262,7 +293,21 @@ class OCSDTrainer(PPOTrainerSync):
 
     # -- verl's steps -------------------------------------------------------------------------------
 
+    def install_actor_loss(self) -> bool:
+        """Give the actor's workers the distillation loss of the method (:func:`training.verl.losses.actor_loss`
+        bound to verl's actor config and the section's ``sdar_coef`` and ``gate_beta``), in place of verl's
+        ``ppo_loss``; False for a method without a distillation term (verl's own loss serves it)."""
+        from verl.utils.config import omega_conf_to_dataclass
+
+        settings = distillation_settings(self.ocsd)
+        if settings is None:
+            return False
+        actor_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
+        self.actor_rollout_wg.set_loss_fn(actor_loss_fn(actor_config, settings))
+        return True
+
     def on_init_end(self):
+        self.install_actor_loss()  # after verl's init_model, which gave the workers verl's ppo_loss
         super().on_init_end()
         RunWriter(self.run_dir).truncate_metrics(int(self.global_steps))  # rows of steps after a resumed checkpoint
 
@@ -291,7 +336,7 @@ class OCSDTrainer(PPOTrainerSync):
                 step, kept_views, rows, old_logp, scored, {k: v.numpy() for k, v in result.advantages.items()}))
         self.timing_raw["ocsd_replay_scoring"] = scorer.seconds["replay"]
         self.timing_raw["ocsd_teacher_logprob"] = scorer.seconds["teacher"]
-        stored = write_advantages(batch, result.advantages)
+        stored = write_advantages(batch, result.advantages, result.teacher if spec.aux_loss is not None else None)
         self.ocsd_row = step_metrics(spec, step, result.trajs, result.stats, result.inputs, result.token_adv,
                                      result.scores)
         metrics.update({f"ocsd/{k}": v for k, v in self.ocsd_row.items() if k != "step"})
