@@ -1,0 +1,221 @@
+"""Scaling of the veRL backend on one machine: the single-device trainer on one GPU, then verl on 1, 2 and 4 GPUs.
+
+Every configuration trains OCSD on the same generated ALFWorld games with the same settings and policy (by default
+the catalogue's Qwen2.5-Coder-0.5B-Instruct from its base weights, full fine-tuning, lr 1e-6, KL 0.01, vLLM
+rollouts, 16 tasks x 8 rollouts of at most 12 steps, 64-token responses) for ``--steps`` steps, without
+checkpoints in between:
+
+* ``single``: ``python -m training.train --config training/configs/alfworld_paper.yaml rollout_engine=vllm`` on
+  GPU 0;
+* ``verl``: ``python -m training.verl.main`` with ``trainer.n_gpus_per_node=N`` on GPUs 0..N-1 (its fast-path
+  settings are those of ``training/verl/config/ocsd_trainer.yaml``).
+
+Each runs as its own process (``CUDA_VISIBLE_DEVICES`` names its GPUs) into ``RUNS/<label>`` (``--runs``), its
+output in ``OUT/<label>.log``, and writes ``OUT/<label>.json``: the configuration, the machine, every ``metrics.jsonl`` row and a ``summary`` with
+the mean seconds per step of each phase (``time/rollout``, ``time/old_logprob``, ``time/ref_logprob``,
+``time/replay_scoring``, ``time/update``, ``time/step``) over the steps after the first (which pays compilation
+and warm-up), the step's checkpoint time left out, and steps/s. Then the table of ``figures.verl_scaling``
+(``OUT/verl_scaling.md``); the figure: ``python -m figures.verl_scaling OUT --out OUT``.
+
+    python benchmarks/verl_scaling.py --games DIR [--model qwen2.5-coder-0.5b] [--gpus 1,2,4] [--steps 4]
+        [--out benchmarks/results/verl_scaling] [--verl-arg OVERRIDE ...]
+
+The machine: prepared as for ``bash results/run_on_gpu.sh verl`` (the bundle with the stack of
+``scripts/gpu_stack.sh download DIR --verl``, then ``unpack``; ``VERL_USE_EXTERNAL_MODULES=training.verl.plugin``
+with the suite on ``PYTHONPATH``), and the policy converted into the cache once (``python -m ocsd.replay.catalog
+convert qwen2.5-coder-0.5b --gguf FILE``, the GGUF carried in parts by ``scripts/gpu_stack.sh models``). Refused
+before anything runs: fewer GPUs than ``--gpus`` asks for, a policy that is not installed, a missing games folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ocsd.cli import InputError, entry_point  # noqa: E402
+
+PHASES = ("time/rollout", "time/old_logprob", "time/ref_logprob", "time/replay_scoring", "time/update")
+"""The phases each result's summary holds, besides ``time/step``."""
+CHECKPOINT = "time/save_checkpoint"
+SCHEMA = "verl_scaling/1"
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One run of the benchmark: the backend and its GPUs."""
+
+    backend: str
+    gpus: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend}_{self.gpus}gpu"
+
+
+def gpu_counts(text: str) -> tuple[int, ...]:
+    """``--gpus``: comma-separated GPU counts of the verl runs, each >= 1, in increasing order, none twice."""
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--gpus: {text!r} is not a comma-separated list of counts") from None
+    if any(c < 1 for c in counts) or list(counts) != sorted(set(counts)):
+        raise argparse.ArgumentTypeError(f"--gpus: {text!r} must be increasing counts >= 1, none twice")
+    return counts
+
+
+def configurations(gpus: Sequence[int], single: bool = True) -> list[Configuration]:
+    """The single-device trainer on one GPU (unless ``single`` is false), then verl on each count of ``gpus``."""
+    return ([Configuration("single", 1)] if single else []) + [Configuration("verl", g) for g in gpus]
+
+
+def shared_settings(args) -> dict[str, object]:
+    """The training settings every configuration runs with (``TrainConfig`` keys)."""
+    return {"method": "ocsd", "model": args.model, "data": "generated", "games_dir": str(Path(args.games).resolve()),
+            "n_train_games": args.train_games, "n_val_games": 2, "batch_size": args.batch, "group_size": args.group,
+            "max_steps": args.max_steps, "history_length": 2, "max_response_length": args.response,
+            "temperature": 1.0, "total_steps": args.steps, "save_freq": 1000, "test_freq": 0, "seed": args.seed,
+            "lora_rank": 0, "lr": 1e-6, "kl_coef": 0.01, "rho": 0.2, "beta": 0.5, "progress": False}
+
+
+def command(config: Configuration, args, run_dir: Path) -> list[str]:
+    """The training command of one configuration."""
+    settings = {**shared_settings(args), "run_dir": str(run_dir), "run_name": config.label}
+    if config.backend == "verl":
+        return [sys.executable, "-m", "training.verl.main", "ocsd=alfworld", "ocsd.overwrite=true",
+                *(f"ocsd.{k}={v}" for k, v in settings.items()), f"actor_rollout_ref.model.path={args.model}",
+                f"trainer.n_gpus_per_node={config.gpus}",
+                f"actor_rollout_ref.rollout.gpu_memory_utilization={args.gpu_memory}",
+                f"actor_rollout_ref.rollout.agent.num_workers={args.workers}", *args.verl_arg]
+    return [sys.executable, "-m", "training.train", "--config", str(ROOT / "training/configs/alfworld_paper.yaml"),
+            *(f"{k}={v}" for k, v in settings.items()), "overwrite=true", "rollout_engine=vllm", "device=cuda",
+            f"vllm_gpu_memory_utilization={args.gpu_memory}", f"env_workers={args.workers}", "save_weights=false"]
+
+
+def summarise(rows: Sequence[dict]) -> dict[str, float]:
+    """Mean seconds per step of each phase and of the step (its checkpoint time left out) over the steps after the
+    first (all of them when there is one), a phase a step did not time counting 0 s; and steps/s.
+
+    Raises
+    ------
+    ValueError
+        No row has ``time/step``.
+    """
+    timed = [r for r in rows if isinstance(r.get("time/step"), (int, float))]
+    if not timed:
+        raise ValueError("no metrics row has time/step")
+    use = timed[1:] or timed
+    mean = {key: sum(float(r.get(key, 0.0)) for r in use) / len(use) for key in PHASES}
+    step = sum(float(r["time/step"]) - float(r.get(CHECKPOINT, 0.0)) for r in use) / len(use)
+    return {**mean, "time/step": step, "steps_per_s": 1.0 / step if step > 0 else 0.0, "steps_averaged": len(use)}
+
+
+def result(config: Configuration, args, *, rows: list[dict], returncode: int, wall_s: float, card: str) -> dict:
+    """What ``OUT/<label>.json`` holds; ``summary`` only when the run finished with timed steps."""
+    out = {"schema": SCHEMA, "label": config.label, "backend": config.backend, "gpus": config.gpus, "card": card,
+           "model": args.model, "settings": shared_settings(args), "verl_args": list(args.verl_arg),
+           "returncode": returncode, "wall_s": wall_s, "rows": rows}
+    if returncode == 0 and rows:
+        out["summary"] = summarise(rows)
+    return out
+
+
+def run(config: Configuration, args, out: Path, card: str) -> dict:
+    """Train one configuration on its GPUs; its result (also written to ``OUT/<label>.json``)."""
+    from ocsd.records import read_metrics
+
+    run_dir = Path(args.runs).resolve() / config.label
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(str(i) for i in range(config.gpus)))
+    start = time.perf_counter()
+    with open(out / f"{config.label}.log", "w") as log:
+        status = subprocess.run(command(config, args, run_dir), cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+    rows = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
+    got = result(config, args, rows=rows, returncode=status.returncode, wall_s=time.perf_counter() - start, card=card)
+    (out / f"{config.label}.json").write_text(json.dumps(got, indent=1))
+    return got
+
+
+def check_machine(args, gpus_needed: int) -> str:
+    """The GPUs' description; :class:`InputError` when the machine or the inputs cannot run the benchmark."""
+    import torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have < gpus_needed:
+        raise InputError(f"--gpus: the largest run needs {gpus_needed} GPUs, this machine has {have}")
+    from ocsd.replay.models import ModelNotFoundError, check_model_folder
+
+    try:
+        check_model_folder(args.model)
+    except ModelNotFoundError as err:
+        raise InputError(f"--model {args.model}: {err}") from None
+    if not Path(args.games).is_dir():
+        raise InputError(f"--games {args.games}: no such folder (python -m training.envs.alfworld generate)")
+    return f"{have} x {torch.cuda.get_device_name(0)}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
+    p = argparse.ArgumentParser(prog="python benchmarks/verl_scaling.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--games", required=True, help="folder of generated ALFWorld games")
+    p.add_argument("--model", default="qwen2.5-coder-0.5b", help="catalogue model or Hugging Face folder")
+    p.add_argument("--gpus", type=gpu_counts, default=(1, 2, 4), help="GPU counts of the verl runs (1,2,4)")
+    p.add_argument("--no-single", dest="single", action="store_false", help="leave out the single-device trainer")
+    p.add_argument("--steps", type=int, default=4, help="training steps per run (the first is a warm-up)")
+    p.add_argument("--batch", type=int, default=16, help="tasks per step")
+    p.add_argument("--group", type=int, default=8, help="rollouts per task")
+    p.add_argument("--max-steps", type=int, default=12, help="interaction steps per episode")
+    p.add_argument("--response", type=int, default=64, help="max new tokens per response")
+    p.add_argument("--train-games", type=int, default=96)
+    p.add_argument("--workers", type=int, default=8, help="environment workers (verl: agent-loop workers)")
+    p.add_argument("--gpu-memory", type=float, default=0.3, help="share of GPU memory of the vLLM engine")
+    p.add_argument("--verl-arg", action="append", default=[], metavar="OVERRIDE",
+                   help="a Hydra override added to every verl command (repeatable)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "verl_scaling"),
+                   help="folder of the JSON results, logs and table")
+    p.add_argument("--runs", default="/tmp/verl_scaling_runs", help="folder of the run folders (not kept)")
+    return p
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.steps < 1:
+        raise InputError(f"--steps must be >= 1, got {args.steps}")
+    card = check_machine(args, max(args.gpus))  # before anything is written
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    failed = []
+    for config in configurations(args.gpus, args.single):
+        got = run(config, args, out, card)
+        if "summary" not in got:
+            failed.append(config.label)
+            print(f"{config.label}: failed (exit {got['returncode']}, {len(got['rows'])} steps); see "
+                  f"{out / config.label}.log", flush=True)
+            continue
+        print(f"{config.label}: {got['summary']['time/step']:.2f} s a step, {got['wall_s']:.0f} s in all",
+              flush=True)
+    done = [p for p in sorted(out.glob("*.json")) if json.loads(p.read_text()).get("summary")]
+    if done:
+        from figures.verl_scaling import load_points, scaling_table
+
+        text = scaling_table(load_points(done))
+        (out / "verl_scaling.md").write_text(text + "\n")
+        print(f"\n{card}; {args.model}, OCSD, {args.batch} x {args.group} episodes of at most {args.max_steps} "
+              f"steps, responses up to {args.response} tokens\n\n{text}")
+    return 1 if failed else 0
+
+
+main = entry_point(_main, "benchmarks/verl_scaling.py")
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""``benchmarks/verl_scaling.py`` without a GPU: the summary it stores, its commands (composed, not run) and its
+refusals before anything is written."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.training.conftest import alfworld_games, policy_dir  # noqa: F401  (fixtures of the command test)
+
+PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "verl_scaling.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("verl_scaling_bench", PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+def rows(step_seconds, **phases):
+    """metrics.jsonl rows of steps 1.. with ``time/step`` from ``step_seconds`` and constant phase times."""
+    return [{"step": i + 1, "time/step": s, **phases} for i, s in enumerate(step_seconds)]
+
+
+def test_summary_leaves_out_the_first_step_and_the_checkpoint(bench):
+    got = bench.summarise(rows([90.0, 10.0, 14.0], **{"time/rollout": 4.0, "time/update": 2.0})
+                          + [{"step": 4, "time/step": 13.0, "time/save_checkpoint": 3.0, "time/rollout": 7.0}])
+    assert got["steps_averaged"] == 3
+    assert got["time/step"] == pytest.approx((10 + 14 + 10) / 3)  # the last step's 3 s checkpoint left out
+    assert got["time/rollout"] == pytest.approx(5.0) and got["time/update"] == pytest.approx(4 / 3)
+    assert got["time/ref_logprob"] == 0.0  # a phase no step timed
+    assert got["steps_per_s"] == pytest.approx(3 / 34)
+    assert bench.summarise(rows([7.0]))["steps_averaged"] == 1  # one step: that one
+    with pytest.raises(ValueError, match="time/step"):
+        bench.summarise([{"step": 1}])
+
+
+def test_a_failed_run_is_stored_without_a_summary(bench, tmp_path):
+    args = bench.build_parser().parse_args(["--games", str(tmp_path)])
+    config = bench.Configuration("verl", 2)
+    failed = bench.result(config, args, rows=rows([5.0]), returncode=1, wall_s=9.0, card="2 x H100")
+    assert "summary" not in failed and failed["returncode"] == 1 and failed["label"] == "verl_2gpu"
+    done = bench.result(config, args, rows=rows([5.0, 4.0]), returncode=0, wall_s=9.0, card="2 x H100")
+    assert done["summary"]["time/step"] == 4.0 and done["settings"]["batch_size"] == 16
+    json.dumps(done)  # stored as JSON
+
+
+def test_configurations_and_gpu_counts(bench):
+    assert [c.label for c in bench.configurations((1, 2, 4))] == ["single_1gpu", "verl_1gpu", "verl_2gpu",
+                                                                   "verl_4gpu"]
+    assert [c.label for c in bench.configurations((2,), single=False)] == ["verl_2gpu"]
+    assert bench.gpu_counts("1,2,4") == (1, 2, 4)
+    for bad in ("2,1", "0,1", "1,1", "one"):
+        with pytest.raises(Exception, match="--gpus"):
+            bench.gpu_counts(bad)
+
+
+def test_both_commands_carry_the_same_settings(bench, tmp_path, alfworld_games, policy_dir):
+    """The verl command composes (dry run) and the single-device one loads, with the same batch and policy."""
+    import yaml
+
+    from tests.training.conftest import verl_dry_run
+    from training.config import load_config
+
+    pytest.importorskip("verl")
+    args = bench.build_parser().parse_args(["--games", str(alfworld_games), "--model", str(policy_dir),
+                                            "--train-games", "2", "--verl-arg", "trainer.logger=[console]"])
+    verl = bench.command(bench.Configuration("verl", 4), args, tmp_path / "verl")
+    assert verl[1:3] == ["-m", "training.verl.main"]
+    out = verl_dry_run(*verl[3:], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    config = yaml.safe_load(out.stdout)
+    ocsd = config["ocsd"]
+    assert (ocsd["batch_size"], ocsd["group_size"], ocsd["max_steps"], ocsd["max_response_length"]) == (16, 8, 12, 64)
+    assert config["trainer"]["n_gpus_per_node"] == 4 and config["trainer"]["save_freq"] == 1000
+    assert config["actor_rollout_ref"]["model"]["path"] == str(policy_dir)
+    assert config["actor_rollout_ref"]["rollout"]["gpu_memory_utilization"] == 0.3
+
+    single = bench.command(bench.Configuration("single", 1), args, tmp_path / "single")
+    assert single[1:3] == ["-m", "training.train"]
+    assert "device=cuda" in single
+    assert "rollout_engine=vllm" in single
+    cfg = load_config(single[4], [*single[5:], "device=cpu", "rollout_engine=hf"])  # loaded on a CPU
+    assert (cfg.batch_size, cfg.group_size, cfg.max_steps, cfg.max_response_length) == (16, 8, 12, 64)
+    assert (cfg.model, cfg.total_steps, cfg.save_weights) == (str(policy_dir), 4, False)
+    assert (cfg.lr, cfg.kl_coef, cfg.lora_rank) == (ocsd["lr"], ocsd["kl_coef"], ocsd["lora_rank"])
+
+
+def test_without_enough_gpus_nothing_runs(bench, tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= 64:
+        pytest.skip("this machine has the GPUs")
+    out = tmp_path / "out"
+    assert bench.main(["--games", str(tmp_path), "--gpus", "1,64", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--gpus: the largest run needs 64 GPUs, this machine has" in err and "Traceback" not in err
+    assert not out.exists()
+    with pytest.raises(SystemExit) as stop:  # a bad --gpus is refused while parsing
+        bench.main(["--games", str(tmp_path), "--gpus", "4,2"])
+    assert stop.value.code == 2
+    assert "must be increasing counts" in capsys.readouterr().err
