@@ -368,3 +368,45 @@ def test_grpo_advantages_equal_verls(batch, mode):
                                                        num_repeat=2).batch["advantages"]
     expected = torch.as_tensor(stats.advantages, dtype=torch.float32)[:, None].expand_as(adv) * mask
     torch.testing.assert_close(adv.float(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_parity_command_compares_the_update_of_a_kept_sdar_batch(batch, store, tiny_model, smollm2_tokenizer,
+                                                                  tmp_path, capsys):
+    """``python -m training.verl.parity`` on the kept batch of an SDAR step: the stored advantages come back from
+    the kept inputs, and the update's loss and gradient norm agree between both trainers for the named methods
+    (the teacher's log-probs kept); an unknown method is refused in one line naming the flag."""
+    from ocsd.algorithm.methods import METHODS
+    from training.verl.checkpoint import ReplayCheckpointCallback
+    from training.verl.parity import _print, main
+
+    cfg, trajs, renderer = batch
+    cfg = replace(cfg, method="sdar", run_name="verl_sdar", keep_batch=True, micro_batch_tokens=2048)
+    meta = put_batch(store, cfg, trajs, renderer, smollm2_tokenizer.eos_token_id, dp_size=2, seed=3)
+    run = tmp_path / "run"
+    trainer = stub_trainer(cfg, smollm2_tokenizer, ForwardWorkerGroup(tiny_model, dp_size=2), run, save_freq=2)
+    trainer._compute_advantage(trainer._compute_old_log_prob(meta, {}), {})
+    ReplayCheckpointCallback().on_save(trainer, STEP, str(run / f"global_step_{STEP}"))
+    weights = tmp_path / "weights"
+    tiny_model.save_pretrained(weights)
+    smollm2_tokenizer.save_pretrained(weights)
+
+    args = [str(run), "--step", str(STEP), "--weights", str(weights), "--device", "cpu", "--groups", "1"]
+    capsys.readouterr()
+    assert main([*args, "--update-methods", "sdar", "banana"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ("training.verl.parity: --update-methods: unknown method 'banana'; known: "
+                                         f"{', '.join(METHODS)}\n")
+    assert main([*args, "--update-methods", "sdar", "grpo_opsd", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["method"] == "sdar" and report["verl_recomputed"] == 0.0
+    update = report["update"]
+    assert update["splits"][0] == 2048 and len(update["splits"]) == 2 and set(update["methods"]) == {"sdar",
+                                                                                                    "grpo_opsd"}
+    for name, got in update["methods"].items():
+        assert len(got["single_device"]) == len(got["verl"]) == 2, name
+        assert got["loss_max_rel"] < 1e-5 and got["grad_norm_max_rel"] < 1e-5, (name, got)
+        assert all(r["grad_norm"] > 0 and r["distill_loss"] != 0 for r in got["single_device"] + got["verl"])
+    _print(report)  # the printed report names each method's sides and their largest difference
+    printed = capsys.readouterr().out
+    assert "the update (one mini-batch, micro-batches of 2048 and" in printed
+    assert printed.count("largest relative difference: loss") == 2 and "grpo_opsd     verl" in printed
