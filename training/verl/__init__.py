@@ -8,6 +8,8 @@ Modules:
   per interaction step;
 - :mod:`~training.verl.checkpoint`: the checkpoint callback that writes the replay-score records beside every
   verl checkpoint (``global_step_N/replay/``);
+- :mod:`~training.verl.losses`: the distilling methods' loss in verl's actor (verl's PPO loss plus the gated
+  distillation term on the teacher's log-probs), and the policy loss of OPSD, which has no policy-gradient term;
 - :mod:`~training.verl.logprobs`: verl's per-token log-prob fallback (without flash-attn) as the same computation
   on blocks of rows, which the plugin installs;
 - :mod:`~training.verl.parity`: the same kept batch through verl's and the single-device trainer's computation;
