@@ -287,6 +287,33 @@ class SFTRun:
         table = self.demos[split]
         return [(list(table.prompt_ids.iloc[i]), list(table.response_ids.iloc[i])) for i in rows]
 
+    def non_finite_rows(self, rows) -> str:
+        """Which demonstration steps of a batch give a non-finite loss or gradient on their own (each alone,
+        forward and backward, gradients cleared afterwards): their row, game, step and token counts, or that none
+        does alone (the batch's micro-batching or the weights are the cause)."""
+        import torch
+
+        from training.precision import optimized_parameters
+
+        table, bad = self.demos["train"], []
+        for i in rows:
+            self.optimizer.zero_grad(set_to_none=True)
+            try:
+                sft_step(self.model, self._pairs("train", [i]), micro_batch_tokens=self.cfg.micro_batch_tokens)
+                finite = all(torch.isfinite(p.grad).all() for p in optimized_parameters(self.optimizer)
+                             if p.grad is not None)
+            except FloatingPointError:
+                finite = False
+            if not finite:
+                bad.append(f"row {int(i)} ({table.game.iloc[i]} step {table.step.iloc[i]}: "
+                           f"{len(table.prompt_ids.iloc[i])} prompt + {len(table.response_ids.iloc[i])} response "
+                           f"tokens)")
+        self.optimizer.zero_grad(set_to_none=True)
+        if not bad:
+            return (f"no demonstration step of the batch ({len(rows)} rows) is non-finite alone: the batch's "
+                    f"micro-batches (micro_batch_tokens={self.cfg.micro_batch_tokens}) or the weights are")
+        return f"non-finite alone: {len(bad)} of {len(rows)} rows: " + "; ".join(bad[:5])
+
     def validation_loss(self) -> float:
         """Mean response-token NLL of the held-out demonstrations."""
         import torch
@@ -333,11 +360,15 @@ class SFTRun:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             self.optimizer.zero_grad(set_to_none=True)
-            loss, tokens = sft_step(self.model, self._pairs("train", batches[step - 1]),
-                                    micro_batch_tokens=cfg.micro_batch_tokens)
-            norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-            if not math.isfinite(norm):
-                raise FloatingPointError(f"gradient norm is {norm} (non-finite) at SFT step {step}")
+            try:
+                loss, tokens = sft_step(self.model, self._pairs("train", batches[step - 1]),
+                                        micro_batch_tokens=cfg.micro_batch_tokens)
+                norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+                if not math.isfinite(norm):
+                    raise FloatingPointError(f"gradient norm is {norm} (non-finite)")
+            except FloatingPointError as exc:
+                raise FloatingPointError(f"{exc} at SFT step {step}; {self.non_finite_rows(batches[step - 1])}; "
+                                         f"the last checkpoint in {run} is kept") from None
             self.optimizer.step()
             row = {"step": step, "epoch": (step - 1) // self.steps_per_epoch, "loss": loss,
                    "lr": lr, "grad_norm": norm, "tokens": tokens}
