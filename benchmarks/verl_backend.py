@@ -126,22 +126,28 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line of :func:`main`."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options every verl-against-single-device benchmark shares: the games, the step's shape, the
+    environment workers, vLLM's memory share and extra Hydra overrides."""
     p.add_argument("--games", required=True, help="folder of generated ALFWorld games")
-    p.add_argument("--backends", default="verl,single")
-    p.add_argument("--steps", type=int, default=4, help="training steps per backend (the first is a warm-up)")
+    p.add_argument("--steps", type=int, default=4, help="training steps per run (the first is a warm-up)")
     p.add_argument("--batch", type=int, default=16, help="tasks per step")
     p.add_argument("--group", type=int, default=8, help="rollouts per task")
     p.add_argument("--max-steps", type=int, default=12, help="interaction steps per episode")
     p.add_argument("--response", type=int, default=64, help="max new tokens per response")
     p.add_argument("--train-games", type=int, default=96)
     p.add_argument("--workers", type=int, default=8, help="environment workers (verl: agent-loop workers)")
-    p.add_argument("--gpus", type=int, default=1, help="GPUs of the verl run (the single-device trainer uses one)")
     p.add_argument("--gpu-memory", type=float, default=0.3, help="share of GPU memory of the vLLM engine")
     p.add_argument("--verl-arg", action="append", default=[], metavar="OVERRIDE",
-                   help="a Hydra override added to the verl command (repeatable)")
+                   help="a Hydra override added to every verl command (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_run_options(p)
+    p.add_argument("--backends", default="verl,single")
+    p.add_argument("--gpus", type=int, default=1, help="GPUs of the verl run (the single-device trainer uses one)")
     p.add_argument("--fp32-actor", action="store_true",
                    help="verl's actor and reference in float32 (its FSDP default is bfloat16 parameters)")
     p.add_argument("--seed", type=int, default=0)

@@ -42,6 +42,7 @@ from typing import Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.verl_backend import add_run_options  # noqa: E402
 from ocsd.cli import InputError, entry_point  # noqa: E402
 
 PHASES = ("time/rollout", "time/old_logprob", "time/ref_logprob", "time/replay_scoring", "time/update")
@@ -166,20 +167,10 @@ def check_machine(args, gpus_needed: int) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The command line of :func:`main`."""
     p = argparse.ArgumentParser(prog="python benchmarks/verl_scaling.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--games", required=True, help="folder of generated ALFWorld games")
+    add_run_options(p)
     p.add_argument("--model", default="qwen2.5-coder-0.5b", help="catalogue model or Hugging Face folder")
     p.add_argument("--gpus", type=gpu_counts, default=(1, 2, 4), help="GPU counts of the verl runs (1,2,4)")
     p.add_argument("--no-single", dest="single", action="store_false", help="leave out the single-device trainer")
-    p.add_argument("--steps", type=int, default=4, help="training steps per run (the first is a warm-up)")
-    p.add_argument("--batch", type=int, default=16, help="tasks per step")
-    p.add_argument("--group", type=int, default=8, help="rollouts per task")
-    p.add_argument("--max-steps", type=int, default=12, help="interaction steps per episode")
-    p.add_argument("--response", type=int, default=64, help="max new tokens per response")
-    p.add_argument("--train-games", type=int, default=96)
-    p.add_argument("--workers", type=int, default=8, help="environment workers (verl: agent-loop workers)")
-    p.add_argument("--gpu-memory", type=float, default=0.3, help="share of GPU memory of the vLLM engine")
-    p.add_argument("--verl-arg", action="append", default=[], metavar="OVERRIDE",
-                   help="a Hydra override added to every verl command (repeatable)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "verl_scaling"),
                    help="folder of the JSON results, logs and table")
