@@ -160,6 +160,39 @@ def test_demonstrations_are_the_rollouts_contexts(sft_run, alfworld_games, smoll
     assert traj.steps[0].prompt_ids == list(first.prompt_ids)
 
 
+def test_a_non_finite_step_names_the_demonstration_steps_that_cause_it(tmp_path, alfworld_games, smollm2_tokenizer):
+    """A step whose gradient is not finite stops the run with the demonstration steps that are non-finite alone
+    (here the one whose response holds a token with a poisoned embedding), before any optimizer step."""
+    from training.config import load_config
+    from training.warm_start.sft import SFTConfig, SFTRun
+
+    cfg = load_config(None, _sft_args(tmp_path / "run", alfworld_games, "max_updates=2"), cls=SFTConfig)
+    run = SFTRun(cfg)
+    try:
+        table = run.demos["train"]
+        used = {t for col in (table.prompt_ids, table.response_ids) for ids in col for t in ids}
+        token = next(t for t in range(1000, 49152) if t not in used)
+        first = [int(i) for i in run.batches()[0]]  # the first step's rows
+        row = first[1]
+        response = list(table.response_ids.iloc[row])
+        table.at[table.index[row], "response_ids"] = response[:2] + [token] + response[3:]  # only this row has it
+        embeddings = run.model.get_input_embeddings().weight
+        run.model.get_output_embeddings().weight = torch.nn.Parameter(embeddings.detach().clone(),
+                                                                      requires_grad=False)  # untied
+        with torch.no_grad():
+            embeddings[token] = float("nan")
+        assert run.non_finite_rows(range(len(table))).startswith(f"non-finite alone: 1 of {len(table)} rows: "
+                                                                 f"row {row} (")
+        with pytest.raises(FloatingPointError) as caught:
+            run.fit()
+    finally:
+        run.lock.release()
+    message = str(caught.value)
+    assert "at SFT step 1" in message and "is kept" in message
+    assert f"non-finite alone: 1 of {len(first)} rows: row {row} (" in message
+    assert not list((tmp_path / "run").glob("global_step_*"))
+
+
 def test_sft_resumes_and_refuses_other_settings(tmp_path, alfworld_games, smollm2_tokenizer, capsys):
     run = tmp_path / "run"
     assert main(_sft_args(run, alfworld_games, "max_updates=2")) == 0
@@ -238,7 +271,8 @@ SHIPPED = Path(__file__).resolve().parents[2] / "training" / "warm_starts" / "sm
 def test_shipped_warm_start_has_its_provenance():
     info = json.loads((SHIPPED / "warm_start.json").read_text())
     assert info["base_model"] == "smollm2"
-    assert {"commit", "hardware", "minutes", "command"} <= set(info["made"])
+    assert {"commit", "hardware", "command"} <= set(info["made"]) and info["made"]["commit"]
+    assert info["config"]["expert"] == "search"  # demonstrations that search, as the policy must
     assert info["config"]["data"] == "generated" and info["config"]["seed"] == 1000
     assert (SHIPPED / "adapter_model.safetensors").stat().st_size < 10 * 2**20
 
@@ -262,3 +296,4 @@ def test_shipped_warm_start_writes_the_format(alfworld_games, smollm2_tokenizer,
     for step in traj.steps:
         assert step.well_formed, step.response_text
         assert step.response_text.startswith("<reason>") and step.action
+        assert step.response_ids[-1] == smollm2_tokenizer.convert_tokens_to_ids("<|im_end|>")  # the end of a turn
