@@ -54,7 +54,9 @@ class LossSettings:
                 raise ValueError(f"{name}={getattr(self, name)!r}: must be {allowed}")
 
 
-def _actor_config(settings: LossSettings):
+def loss_actor_config(settings: LossSettings):
+    """verl's actor config that :func:`policy_loss` passes to verl's loss functions for ``settings`` (the clip
+    range, the aggregation), as :func:`ppo_update` builds it."""
     from verl.workers.config.actor import ActorConfig
 
     # verl's vanilla loss clips to [1 - clip_ratio_low, 1 + clip_ratio_high]; both default to 0.2
@@ -239,7 +241,7 @@ def ppo_update(
         If a loss or gradient norm is non-finite (before the optimizer step), or a trainable
         parameter is non-finite after an optimizer step (the message names the step and parameter).
     """
-    actor_config = _actor_config(settings)
+    actor_config = loss_actor_config(settings)
     n = len(rows.prompt_ids)
     rng = rng if rng is not None else np.random.default_rng(0)
     lengths = [len(p) + len(r) for p, r in zip(rows.prompt_ids, rows.response_ids)]

@@ -15,7 +15,7 @@ from training.config import make_config
 from training.rollout.loop import StepSample, Trajectory
 from training.teachers import SKILL_HEADER, skill_prefix, skill_text, teacher_prompt_ids
 from training.trainer import Trainer
-from training.update import LossSettings, UpdateBatch, _actor_config, policy_loss
+from training.update import LossSettings, UpdateBatch, loss_actor_config, policy_loss
 
 USER = "You are in the middle of a room. Your task is to: put a mug in shelf.\nAdmissible actions: look"
 
@@ -104,7 +104,7 @@ def _opsd_grad(teacher: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
     mask = torch.tensor([[True, True, True, False], [True, True, True, True]])
     rows = UpdateBatch([[1], [2]], [[3, 4, 5], [6, 7, 8, 9]], old, advantages, mask, teacher_logp=teacher)
     logp = old.clone().requires_grad_(True)
-    actor_config = _actor_config(settings)
+    actor_config = loss_actor_config(settings)
     actor_config.global_batch_info.update(dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=2)
     loss, _ = policy_loss(get_method("opsd"), logp, rows, [0, 1], settings, actor_config)
     loss.backward()

@@ -17,7 +17,7 @@ from ocsd.replay.scoring import response_logprobs  # noqa: E402
 from training.update import (  # noqa: E402
     LossSettings,
     UpdateBatch,
-    _actor_config,
+    loss_actor_config,
     mini_batch_parts,
     non_finite_parameter,
     policy_loss,
@@ -48,14 +48,14 @@ def test_loss_settings_are_checked(name, value, message):
 
 
 def test_clip_ratio_sets_both_clip_bounds():
-    config = _actor_config(LossSettings(clip_ratio=0.3))
+    config = loss_actor_config(LossSettings(clip_ratio=0.3))
     assert config.clip_ratio_low == config.clip_ratio_high == 0.3
     # a probability ratio of 1.25 lies inside the 0.3 range: nothing is clipped
     logp = torch.full((1, 2), math.log(1.25))
     rows = UpdateBatch([[1]], [[2, 3]], torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2, dtype=torch.bool))
     for ratio, clipped in ((0.2, 1.0), (0.3, 0.0)):
         settings = LossSettings(clip_ratio=ratio, kl_coef=0.0)
-        _, metrics = policy_loss(get_method("grpo"), logp, rows, [0], settings, _actor_config(settings))
+        _, metrics = policy_loss(get_method("grpo"), logp, rows, [0], settings, loss_actor_config(settings))
         assert metrics["actor/pg_clipfrac"] == clipped, ratio
 
 

@@ -259,7 +259,7 @@ def test_distilling_methods_store_the_teacher_and_give_the_actor_their_loss(batc
 
     from ocsd.algorithm.methods import get_method
     from ocsd.replay.scoring import response_logprobs
-    from training.update import UpdateBatch, _actor_config, policy_loss
+    from training.update import UpdateBatch, loss_actor_config, policy_loss
     from training.verl.losses import NO_POLICY_GRADIENT, TEACHER_FIELD, DistillationSettings, actor_loss
     from training.verl.parity import loss_settings
 
@@ -319,7 +319,7 @@ def test_distilling_methods_store_the_teacher_and_give_the_actor_their_loss(batc
         rows_batch = UpdateBatch(prompts, responses, old, padded(data["advantages"].unbind(0)), mask, ref_logp=old,
                                  teacher_logp=padded(data[TEACHER_FIELD].unbind(0)))
         settings = loss_settings(cfg)
-        actor_config = _actor_config(settings)
+        actor_config = loss_actor_config(settings)
         actor_config.global_batch_info.update(dp_size=1, batch_num_tokens=sum(lengths), global_batch_size=4)
         ours, our_metrics = policy_loss(get_method(method), logp, rows_batch, [0, 1, 2, 3], settings, actor_config)
     assert float(verl_loss) == pytest.approx(float(ours), rel=1e-5, abs=1e-7)

@@ -290,9 +290,9 @@ def single_device_update(model, spec: MethodSpec, rows, settings) -> dict[str, f
         method with one).
     """
     from ocsd.replay.scoring import response_logprobs
-    from training.update import _actor_config, micro_batches, policy_loss, ppo_update
+    from training.update import loss_actor_config, micro_batches, policy_loss, ppo_update
 
-    actor_config = _actor_config(settings)
+    actor_config = loss_actor_config(settings)
     actor_config.global_batch_info.update(dp_size=1, batch_num_tokens=int(rows.mask.sum()),
                                           global_batch_size=int((rows.mask.sum(dim=1) > 0).sum()))
     lengths = [len(p) + len(r) for p, r in zip(rows.prompt_ids, rows.response_ids)]
