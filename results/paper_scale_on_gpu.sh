@@ -43,7 +43,8 @@
 #   bash results/paper_scale_on_gpu.sh poll SECONDS          wait up to SECONDS for the jobs; print their progress and
 #                                                            copy what they finished into $OUT (runs: NAME.tgz and
 #                                                            NAME.actor.tgz.aa, ... of their last checkpoint)
-# Settings: DRY (set: print each job's GPU and command instead of starting it), CACHE (/tmp/ocsd_cache), GPU (the next one round the machine) the GPU of a job started now,
+# Settings: DRY (set: print each job's GPU and command instead of starting it), SFT_SAVE_FREQ (100) optimizer steps
+# between warm-start checkpoints (each holds merged weights: 3 GB for the 1.5B), CACHE (/tmp/ocsd_cache), GPU (the next one round the machine) the GPU of a job started now,
 # WORKERS (12) environment processes per job, VLLM_MEM (0.35) the share of GPU
 # memory each vLLM engine takes, GPUS (all of the machine's), MICRO (8192) update micro-batch tokens and
 # SCORING_TOKENS (16384) replay-scoring batch tokens (a 152k-token vocabulary makes the logits of 32k tokens 20 GB).
@@ -137,7 +138,8 @@ sft)
     name=${2:?sft NAME CONFIG [key=value...]} config=${3:?sft NAME CONFIG [key=value...]}
     shift 3
     mkdir -p /tmp/sft/$name /tmp/warm && cp -r $ASSETS/demos/$name/demonstrations /tmp/sft/$name/
-    start "$name" "python3 -m training.sft --config $config run_dir=/tmp/sft/$name device=cuda progress=false $* && \
+    start "$name" "python3 -m training.sft --config $config run_dir=/tmp/sft/$name device=cuda progress=false \
+        save_freq=${SFT_SAVE_FREQ:-100} keep_checkpoints=2 $* && \
         python3 -m training.sft --export /tmp/sft/$name --out /tmp/warm/$name && \
         tar czf $JOBS/out/$name.warm.tgz -C /tmp/warm $name${EVAL:+ && $(evaluation "$name" "/tmp/warm/$name")}" ;;
 eval)
