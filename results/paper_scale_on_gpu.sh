@@ -44,9 +44,9 @@
 #                                                            copy what they finished into $OUT (runs: NAME.tgz and
 #                                                            NAME.actor.tgz.aa, ... of their last checkpoint)
 # Settings: DRY (set: print each job's GPU and command instead of starting it), SFT_SAVE_FREQ (100) optimizer steps
-# between warm-start checkpoints (each holds merged weights: 3 GB for the 1.5B), CACHE (/tmp/ocsd_cache), GPU (the next one round the machine) the GPU of a job started now,
-# WORKERS (12) environment processes per job, VLLM_MEM (0.35) the share of GPU
-# memory each vLLM engine takes, GPUS (all of the machine's), MICRO (8192) update micro-batch tokens and
+# between warm-start checkpoints (each holds merged weights: 3 GB for the 1.5B), CACHE (/tmp/ocsd_cache), GPU (the
+# next one round the machine) the GPU of a job started now, WORKERS (12) environment processes per job, VLLM_MEM
+# (0.35) the share of GPU memory each vLLM engine takes, GPUS (all of the machine's), MICRO (8192) update micro-batch tokens and
 # SCORING_TOKENS (16384) replay-scoring batch tokens (a 152k-token vocabulary makes the logits of 32k tokens 20 GB).
 set -e
 export PYTHONUNBUFFERED=1
