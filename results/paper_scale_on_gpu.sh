@@ -116,10 +116,10 @@ start() {  # NAME CMD: CMD in the background (setsid) on the next GPU, its outpu
     echo "started $1 on GPU $slot"
 }
 
-evaluation() {  # NAME CKPT: the command that evaluates CKPT on $SPLIT (valid_seen) into $JOBS/out/eval_NAME.json
+evaluation() {  # FILE CKPT: the command that evaluates CKPT on $SPLIT (valid_seen) into $JOBS/out/FILE.json
     echo "python3 -m training.evaluate --ckpt $2 --config training/configs/alfworld_paper.yaml \
         --data $ASSETS/valid --split ${SPLIT:-valid_seen} --repeats ${REPEATS:-2} --json \
-        --out-file $JOBS/out/eval_$1.json device=cuda rollout_engine=vllm env_workers=${WORKERS:-12} \
+        --out-file $JOBS/out/$1.json device=cuda rollout_engine=vllm env_workers=${WORKERS:-12} \
         vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} progress=false > /dev/null"
 }
 
@@ -128,11 +128,7 @@ zeroshot)
     shift
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
     for model in "$@"; do
-        start "zeroshot_$model" "python3 -m training.evaluate --ckpt $CACHE/$model-instruct \
-            --config training/configs/alfworld_paper.yaml --data $ASSETS/valid --split valid_seen \
-            --repeats ${REPEATS:-2} --json --out-file $JOBS/out/zeroshot_$model.json device=cuda \
-            rollout_engine=vllm env_workers=${WORKERS:-12} vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} \
-            progress=false > /dev/null"
+        start "zeroshot_$model" "$(evaluation "zeroshot_$model" "$CACHE/$model-instruct")"
     done ;;
 sft)
     name=${2:?sft NAME CONFIG [key=value...]} config=${3:?sft NAME CONFIG [key=value...]}
@@ -141,10 +137,10 @@ sft)
     start "$name" "python3 -m training.sft --config $config run_dir=/tmp/sft/$name device=cuda progress=false \
         save_freq=${SFT_SAVE_FREQ:-100} keep_checkpoints=2 $* && \
         python3 -m training.sft --export /tmp/sft/$name --out /tmp/warm/$name && \
-        tar czf $JOBS/out/$name.warm.tgz -C /tmp/warm $name${EVAL:+ && $(evaluation "$name" "/tmp/warm/$name")}" ;;
+        tar czf $JOBS/out/$name.warm.tgz -C /tmp/warm $name${EVAL:+ && $(evaluation "eval_$name" "/tmp/warm/$name")}" ;;
 eval)
     name=${2:?eval NAME CKPT} ckpt=${3:?eval NAME CKPT}
-    start "eval_$name" "$(evaluation "$name" "$ckpt")" ;;
+    start "eval_$name" "$(evaluation "eval_$name" "$ckpt")" ;;
 run)
     name=${2:?run NAME METHOD MODEL WARM SEED} method=${3:?run NAME METHOD MODEL WARM SEED}
     model=${4:?run NAME METHOD MODEL WARM SEED} warm=${5:?run NAME METHOD MODEL WARM SEED}
