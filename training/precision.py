@@ -46,8 +46,9 @@ class MasterWeightAdamW:
         self.masters = [p if p.dtype == torch.float32 else
                         torch.nn.Parameter(p.detach().float().clone(), requires_grad=True) for p in self.params]
         self.inner = torch.optim.AdamW(self.masters, **adamw)
-        self._hooks = [p.register_post_accumulate_grad_hook(_into_master(m))
-                       for p, m in zip(self.params, self.masters) if m is not p]
+        for p, m in zip(self.params, self.masters):
+            if m is not p:
+                p.register_post_accumulate_grad_hook(_into_master(m))
 
     @property
     def param_groups(self) -> list[dict]:
@@ -94,12 +95,6 @@ class MasterWeightAdamW:
                                  f"{tuple(self.masters[int(i)].shape)}")
             self.masters[int(i)].copy_(value)
             self.params[int(i)].copy_(value)
-
-    def remove_hooks(self) -> None:
-        """Detach the gradient hooks from the parameters (the optimizer is not used any longer)."""
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks = []
 
 
 def _into_master(master: torch.nn.Parameter):
