@@ -12,7 +12,7 @@ from training.collect import main as collect
 from training.sweep import cell_name, main as sweep
 
 from .conftest import tiny_run_checkpoint
-from tests.training.test_sweep import TINY  # the sweep tests' tiny config
+from tests.training.test_sweep import config  # noqa: F401  (the sweep tests' tiny config file, a fixture)
 
 pytestmark = pytest.mark.usefixtures("no_user_data")
 
@@ -67,13 +67,6 @@ def test_export_refuses_a_training_run_and_rewrites_an_earlier_export(sft_run, t
 # S09, S14: sweeps ---------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture()
-def config(tmp_path, alfworld_games) -> Path:
-    path = tmp_path / "tiny.yaml"
-    path.write_text(TINY + f"games_dir: {alfworld_games}\n")
-    return path
-
-
 
 def test_sweep_refuses_a_training_run_as_its_folder(config, training_run, capsys):
     before = _files(training_run)
@@ -102,28 +95,28 @@ def test_sweep_refuses_a_cell_finished_with_other_settings(config, tmp_path, cap
 # C15: a collection of another base model ---------------------------------------------------------------------------
 
 
-def test_collection_refuses_another_base_model(tiny_checkpoint, tmp_path, capsys):
-    out = tmp_path / "collect"
-    assert collect(["--model", str(tiny_checkpoint), "--tasks", "1", "--group", "2", "--out", str(out),
-                    "progress=false"]) == 0
+def _second_collection_refused(tiny_checkpoint, out: Path, second: list[str], capsys) -> str:
+    """Collect from ``tiny_checkpoint`` into ``out``, then collect with ``second`` into it: refused in one line
+    with nothing of the first changed; returns the message."""
+    shape = ["--tasks", "1", "--group", "2", "--out", str(out), "progress=false"]
+    assert collect(["--model", str(tiny_checkpoint), *shape]) == 0
     capsys.readouterr()
     before = _files(out)
-    assert collect(["--model", "smollm2", "--tasks", "1", "--group", "2", "--out", str(out), "progress=false"]) == 2
+    assert collect([*second, *shape]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert f"--out: {out} holds a collection of base model 'tiny', not 'smollm2'" in err
     assert _files(out) == before
+    return err
+
+
+def test_collection_refuses_another_base_model(tiny_checkpoint, tmp_path, capsys):
+    out = tmp_path / "collect"
+    err = _second_collection_refused(tiny_checkpoint, out, ["--model", "smollm2"], capsys)
+    assert f"--out: {out} holds a collection of base model 'tiny', not 'smollm2'" in err
     assert json.loads((out / "run.json").read_text())["base_model"] == "tiny"
 
 
 def test_collection_refuses_another_environment(tiny_checkpoint, tmp_path, capsys):
-    out = tmp_path / "collect"
-    assert collect(["--model", str(tiny_checkpoint), "--tasks", "1", "--group", "2", "--out", str(out),
-                    "progress=false"]) == 0
-    capsys.readouterr()
-    before = _files(out)
-    assert collect(["--model", "tiny", "--env", "searchqa", "--tasks", "1", "--group", "2", "--out", str(out),
-                    "progress=false"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "holds a collection in environment 'alfworld', not 'searchqa'" in err
-    assert _files(out) == before
+    err = _second_collection_refused(tiny_checkpoint, tmp_path / "collect", ["--model", "tiny", "--env", "searchqa"],
+                                     capsys)
+    assert "holds a collection in environment 'alfworld', not 'searchqa'" in err
