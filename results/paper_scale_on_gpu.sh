@@ -43,17 +43,19 @@
 #   bash results/paper_scale_on_gpu.sh poll SECONDS          wait up to SECONDS for the jobs; print their progress and
 #                                                            copy what they finished into $OUT (runs: NAME.tgz and
 #                                                            NAME.actor.tgz.aa, ... of their last checkpoint)
-# Settings: DRY (set: print each job's GPU and command instead of starting it), SFT_SAVE_FREQ (100) optimizer steps
-# between warm-start checkpoints (each holds merged weights: 3 GB for the 1.5B), CACHE (/tmp/ocsd_cache), GPU (the
-# next one round the machine) the GPU of a job started now, WORKERS (12) environment processes per job, VLLM_MEM
-# (0.35) the share of GPU memory each vLLM engine takes, GPUS (all of the machine's), MICRO (8192) update micro-batch tokens and
-# SCORING_TOKENS (16384) replay-scoring batch tokens (a 152k-token vocabulary makes the logits of 32k tokens 20 GB).
+# Settings: DRY (set: print each job's GPU and command instead of starting it), AFTER (a job's NAME: the job started
+# now waits for it and runs only if it ended with status 0), DEMOS_OF (sft: the carried demonstrations of another
+# NAME), SFT_SAVE_FREQ (100) optimizer steps between warm-start checkpoints (each holds merged weights: 3 GB for the
+# 1.5B), CACHE (/tmp/ocsd_cache), GPU (the next one round the machine) the GPU of a job started now, WORKERS (12)
+# environment processes per job, VLLM_MEM (0.35) the share of GPU memory each vLLM engine takes, GPUS (all of the
+# machine's), MICRO (8192) update micro-batch tokens and SCORING_TOKENS (16384) replay-scoring batch tokens (a
+# 152k-token vocabulary makes the logits of 32k tokens 20 GB), JOBS (/tmp/ps_jobs) the jobs' logs and exit statuses.
 set -e
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
 ASSETS=/tmp/ps_assets
 CACHE=${CACHE:-/tmp/ocsd_cache}
-JOBS=/tmp/ps_jobs
+JOBS=${JOBS:-/tmp/ps_jobs}
 
 bundle() {
     local dir=${1:?bundle: name the folder} work d
@@ -105,15 +107,18 @@ esac
 [ -f /tmp/gpu/gpu_stack.env ] && . /tmp/gpu/gpu_stack.env
 export PYTHONPATH=$PYTHONPATH:$CACHE/site:/root/gpu_site/site312:$PWD OCSD_CACHE=$CACHE
 
-start() {  # NAME CMD: CMD in the background (setsid) on the next GPU, its output in $JOBS/NAME.log
-    local gpus slot
+start() {  # NAME CMD: CMD in the background (setsid) on the next GPU, its output in $JOBS/NAME.log, its exit
+    local gpus slot wait=""  # status in $JOBS/NAME.rc; with AFTER=JOB it starts once JOB has ended well
     gpus=${GPUS:-$(nvidia-smi -L | wc -l)}
     mkdir -p $JOBS/out
     slot=$(ls $JOBS/*.log 2>/dev/null | wc -l)
     slot=${GPU:-$(( slot % gpus ))}
-    [ -z "$DRY" ] || { echo "GPU $slot: $2"; return; }  # DRY=1: print the job, start nothing
-    CUDA_VISIBLE_DEVICES=$slot setsid bash -c "$2" > $JOBS/$1.log 2>&1 < /dev/null &
-    echo "started $1 on GPU $slot"
+    [ -z "$AFTER" ] || wait="until [ -e $JOBS/$AFTER.rc ]; do sleep 10; done; [ \"\$(cat $JOBS/$AFTER.rc)\" = 0 ] || \
+        { echo \"not started: $AFTER ended with status \$(cat $JOBS/$AFTER.rc)\"; exit 3; }; "
+    [ -z "$DRY" ] || { echo "GPU $slot${AFTER:+ after $AFTER}: $2"; return; }  # DRY=1: print the job, start nothing
+    rm -f $JOBS/$1.rc
+    CUDA_VISIBLE_DEVICES=$slot setsid bash -c "( $wait$2 ); echo \$? > $JOBS/$1.rc" > $JOBS/$1.log 2>&1 < /dev/null &
+    echo "started $1 on GPU $slot${AFTER:+ after $AFTER}"
 }
 
 evaluation() {  # FILE CKPT: the command that evaluates CKPT on $SPLIT (valid_seen) into $JOBS/out/FILE.json
@@ -133,7 +138,7 @@ zeroshot)
 sft)
     name=${2:?sft NAME CONFIG [key=value...]} config=${3:?sft NAME CONFIG [key=value...]}
     shift 3
-    mkdir -p /tmp/sft/$name /tmp/warm && cp -r $ASSETS/demos/$name/demonstrations /tmp/sft/$name/
+    mkdir -p /tmp/sft/$name /tmp/warm && cp -r $ASSETS/demos/${DEMOS_OF:-$name}/demonstrations /tmp/sft/$name/
     start "$name" "python3 -m training.sft --config $config run_dir=/tmp/sft/$name device=cuda progress=false \
         save_freq=${SFT_SAVE_FREQ:-100} keep_checkpoints=2 $* && \
         python3 -m training.sft --export /tmp/sft/$name --out /tmp/warm/$name && \
@@ -163,9 +168,10 @@ steps)
         cd /tmp/runs && tar czf $JOBS/out/$name.tgz --exclude=actor $name" ;;
 poll)
     end=$(( T0 + ${2:-500} ))
-    while pgrep -f "training\.(evaluate|train)" > /dev/null && [ "$(date +%s)" -lt $end ]; do sleep 10; done
+    running() { for log in $JOBS/*.log; do [ -e "${log%.log}.rc" ] || return 0; done; return 1; }
+    while running && [ "$(date +%s)" -lt $end ]; do sleep 10; done
     for log in $JOBS/*.log; do
-        echo "== $(basename "$log" .log)"
+        echo "== $(basename "$log" .log): $(cat "${log%.log}.rc" 2>/dev/null || echo running)"
         grep -v "Loading weights\|Writing model shards" "$log" | grep -m3 -i "error\|Traceback\|Killed" || true
         grep -v "Loading weights\|Writing model shards" "$log" | tail -4 | cut -c1-400
     done
@@ -180,7 +186,7 @@ poll)
             | split -b 15M - "$OUT/$name.actor.tgz.")
     done
     ls -la "$OUT"
-    { pgrep -fa "training\.(evaluate|train)" || echo "nothing running"; } | cut -c1-150
+    { pgrep -fa "training\.(evaluate|train|sft)" || echo "nothing running"; } | cut -c1-150
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader ;;
 *)
     echo "usage: bash results/paper_scale_on_gpu.sh bundle DIR | install DIR | code SNAP.tar | zeroshot MODEL... |" \

@@ -80,3 +80,24 @@ def test_eval_job_takes_the_split_and_gpu_asked_for(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("GPU 3: python3 -m training.evaluate --ckpt /tmp/warm/w ")
     assert "--split valid_train" in done.stdout and "eval_warm.json" in done.stdout
+
+
+def test_a_job_after_another_starts_only_once_that_one_ended_well(tmp_path):
+    """AFTER=JOB: the second job waits for the first one's exit status and, the first having failed, does not run;
+    poll waits for both and prints each one's status."""
+    env = {"PATH": "/usr/bin:/bin", "GPUS": "1", "JOBS": str(tmp_path / "jobs"), "OUT": str(tmp_path / "out"),
+           "PYTHONPATH": "/nonexistent"}
+    (tmp_path / "out").mkdir()
+
+    def script(*args, **extra):
+        return subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, env={**env, **extra}, capture_output=True,
+                              text=True, timeout=120)
+
+    first = script("eval", "first", "/nonexistent/ckpt")  # no training package here: ends with status 1 at once
+    assert first.returncode == 0 and "started eval_first on GPU 0" in first.stdout, first.stderr
+    second = script("eval", "second", "/nonexistent/ckpt", AFTER="eval_first")
+    assert "started eval_second on GPU 0 after eval_first" in second.stdout, second.stderr
+    polled = script("poll", "100")
+    assert "== eval_first: 1" in polled.stdout and "== eval_second: 3" in polled.stdout, polled.stdout
+    log = (tmp_path / "jobs" / "eval_second.log").read_text()
+    assert "not started: eval_first ended with status 1" in log
