@@ -11,6 +11,7 @@ explicit 4-D mask; :func:`ocsd.replay.scoring.response_logprobs` uses that path,
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -19,9 +20,34 @@ from ocsd.replay.scoring.checks import accepts_logits_to_keep
 from ocsd.replay.scoring.planning import Entry, Row
 from ocsd.replay.scoring.reference import token_logprobs
 
-__all__ = ["score_cache_batch"]
+__all__ = ["differentiable_attention", "score_cache_batch"]
 
 _PAD_ID = 0
+
+
+def differentiable_attention(device):
+    """The scaled-dot-product-attention kernels of a forward pass that will be differentiated.
+
+    On CUDA with gradients enabled, cuDNN's attention is left out (flash, memory-efficient and math
+    remain): with the explicit 4-D masks of padded rows its backward gave NaN gradients on an H100 in
+    bfloat16 (torch 2.11, cuDNN 9.19; a Qwen2.5 supervised batch whose loss and every row alone were
+    finite), while the memory-efficient and math kernels gave finite ones. Elsewhere torch's own choice.
+
+    Parameters
+    ----------
+    device : torch.device
+        The model's device.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        Entered around the model call.
+    """
+    if torch.device(device).type != "cuda" or not torch.is_grad_enabled():
+        return nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def _encode_prefixes(model, batch: list[Entry], device):
@@ -37,7 +63,9 @@ def _encode_prefixes(model, batch: list[Entry], device):
     ids, mask = ids.to(device), mask.to(device)
     pos = torch.arange(lp, device=device).expand(len(batch), lp)
     kw = {"logits_to_keep": 1} if accepts_logits_to_keep(model) else {}
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=DynamicCache(), use_cache=True, **kw)
+    with differentiable_attention(device):
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=DynamicCache(),
+                    use_cache=True, **kw)
     cache = out.past_key_values
     kv = [(layer.keys, layer.values) for layer in cache.layers]
     return kv, mask
@@ -79,10 +107,11 @@ def _continue_rows(model, rows: list[Row], prefix_lens: list[int], kv, prefix_ma
         key_ok = mask.bool()
         causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
         mask = ((causal[None] & key_ok[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)[None])[:, None]
-    if accepts_logits_to_keep(model):
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep, **kw).logits
-    else:
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, **kw).logits[:, keep]
+    with differentiable_attention(device):
+        if accepts_logits_to_keep(model):
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep, **kw).logits
+        else:
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, **kw).logits[:, keep]
     logits = logits.float()
     return token_logprobs(logits, targets)
 
