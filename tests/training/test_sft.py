@@ -265,35 +265,45 @@ def test_sft_config_errors_name_the_key(override, message, capsys):
     assert message in capsys.readouterr().err
 
 
-SHIPPED = Path(__file__).resolve().parents[2] / "training" / "warm_starts" / "smollm2-alfworld"
+WARM_STARTS = Path(__file__).resolve().parents[2] / "training" / "warm_starts"
+SHIPPED = WARM_STARTS / "smollm2-alfworld"
+SHIPPED_BY_BASE = {"smollm2": SHIPPED, "qwen2.5-coder-0.5b": WARM_STARTS / "qwen2.5-coder-0.5b-alfworld"}
 
 
-def test_shipped_warm_start_has_its_provenance():
-    info = json.loads((SHIPPED / "warm_start.json").read_text())
-    assert info["base_model"] == "smollm2"
+@pytest.mark.parametrize("base", sorted(SHIPPED_BY_BASE))
+def test_shipped_warm_start_has_its_provenance(base):
+    folder = SHIPPED_BY_BASE[base]
+    info = json.loads((folder / "warm_start.json").read_text())
+    assert info["base_model"] == base
     assert {"commit", "hardware", "command"} <= set(info["made"]) and info["made"]["commit"]
     assert info["config"]["expert"] == "search"  # demonstrations that search, as the policy must
     assert info["config"]["data"] == "generated" and info["config"]["seed"] == 1000
-    assert (SHIPPED / "adapter_model.safetensors").stat().st_size < 10 * 2**20
+    assert (folder / "adapter_model.safetensors").stat().st_size < 10 * 2**20
 
 
-def test_shipped_warm_start_writes_the_format(alfworld_games, smollm2_tokenizer, no_user_data):
-    """SmolLM2 with the shipped adapter merged answers the first steps of a generated game in the format."""
+@pytest.mark.parametrize("base", sorted(SHIPPED_BY_BASE))
+def test_shipped_warm_start_writes_the_format(base, alfworld_games, no_user_data):
+    """The base model with the shipped adapter merged answers the first steps of a generated game in the format
+    and ends each turn with the chat template's end of turn."""
+    from ocsd.replay.models import ModelNotFoundError
     from ocsd.replay.prompts import PromptRenderer
     from training.config import make_config
     from training.envs.alfworld import AlfworldBatchEnv, load_games
     from training.policy import load_policy
     from training.rollout.loop import GenerationSettings, rollout
 
-    _, model = load_policy(make_config({"model": "smollm2", "warm_start": str(SHIPPED), "lora_rank": 0}))
+    try:
+        tokenizer, model = load_policy(make_config({"model": base, "warm_start": str(SHIPPED_BY_BASE[base]),
+                                                    "lora_rank": 0}))
+    except ModelNotFoundError as err:
+        pytest.skip(f"{base} is not installed: {err}")
     game = load_games(alfworld_games, split="train")[0]
     with AlfworldBatchEnv([game], max_steps=2) as env:
-        traj = rollout(model, smollm2_tokenizer, PromptRenderer(smollm2_tokenizer), env,
-                       [{"uid": "a", "group_uid": "a"}],
+        traj = rollout(model, tokenizer, PromptRenderer(tokenizer), env, [{"uid": "a", "group_uid": "a"}],
                        env_name="alfworld", history_length=2, max_prompt_length=2048,
                        settings=GenerationSettings(max_new_tokens=64, do_sample=False), progress=False)[0]
     assert len(traj.steps) == 2
     for step in traj.steps:
         assert step.well_formed, step.response_text
         assert step.response_text.startswith("<reason>") and step.action
-        assert step.response_ids[-1] == smollm2_tokenizer.convert_tokens_to_ids("<|im_end|>")  # the end of a turn
+        assert step.response_ids[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>")  # the end of a turn
