@@ -40,16 +40,21 @@
 #                                                            (50) steps, resuming where a restored run stopped; each
 #                                                            checkpoint's run folder (without weights) and the last
 #                                                            checkpoint's adapter and optimizer state are packed by poll
+#   bash results/paper_scale_on_gpu.sh scaling [option...]  the veRL scaling benchmark on every GPU of the machine
+#                                                            (benchmarks/verl_scaling.py: the single-device trainer,
+#                                                            then verl on 1, 2 and 4 GPUs, STEPS (4) steps each) and
+#                                                            its table and figure, into $OUT/verl_scaling/
 #   bash results/paper_scale_on_gpu.sh poll SECONDS          wait up to SECONDS for the jobs; print their progress and
 #                                                            copy what they finished into $OUT (runs: NAME.tgz and
 #                                                            NAME.actor.tgz.aa, ... of their last checkpoint)
 # Settings: DRY (set: print each job's GPU and command instead of starting it), AFTER (a job's NAME: the job started
 # now waits for it and runs only if it ended with status 0), DEMOS_OF (sft: the carried demonstrations of another
 # NAME), SFT_SAVE_FREQ (100) optimizer steps between warm-start checkpoints (each holds merged weights: 3 GB for the
-# 1.5B), CACHE (/tmp/ocsd_cache), GPU (the next one round the machine) the GPU of a job started now, WORKERS (12)
-# environment processes per job, VLLM_MEM (0.35) the share of GPU memory each vLLM engine takes, GPUS (all of the
-# machine's), MICRO (8192) update micro-batch tokens and SCORING_TOKENS (16384) replay-scoring batch tokens (a
-# 152k-token vocabulary makes the logits of 32k tokens 20 GB), JOBS (/tmp/ps_jobs) the jobs' logs and exit statuses.
+# 1.5B), CACHE (/tmp/ocsd_cache), GPU (the next one round the machine; all: every one) the GPU of a job started now,
+# WORKERS (12) environment processes per job, VLLM_MEM (0.35) the share of GPU memory each vLLM engine takes, GPUS
+# (all of the machine's), MICRO (8192) update micro-batch tokens and SCORING_TOKENS (16384) replay-scoring batch
+# tokens (a 152k-token vocabulary makes the logits of 32k tokens 20 GB), JOBS (/tmp/ps_jobs) the jobs' logs and exit
+# statuses.
 set -e
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
@@ -117,7 +122,9 @@ start() {  # NAME CMD: CMD in the background (setsid) on the next GPU, its outpu
         { echo \"not started: $AFTER ended with status \$(cat $JOBS/$AFTER.rc)\"; exit 3; }; "
     [ -z "$DRY" ] || { echo "GPU $slot${AFTER:+ after $AFTER}: $2"; return; }  # DRY=1: print the job, start nothing
     rm -f $JOBS/$1.rc
-    CUDA_VISIBLE_DEVICES=$slot setsid bash -c "( $wait$2 ); echo \$? > $JOBS/$1.rc" > $JOBS/$1.log 2>&1 < /dev/null &
+    local gpu_env="CUDA_VISIBLE_DEVICES=$slot"
+    [ "$slot" != all ] || gpu_env=""  # GPU=all: the job sees every GPU of the machine
+    env $gpu_env setsid bash -c "( $wait$2 ); echo \$? > $JOBS/$1.rc" > $JOBS/$1.log 2>&1 < /dev/null &
     echo "started $1 on GPU $slot${AFTER:+ after $AFTER}"
 }
 
@@ -166,6 +173,11 @@ steps)
         micro_batch_tokens=${MICRO:-8192} scoring_token_budget=${SCORING_TOKENS:-16384} \
         vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} progress=false $* && \
         cd /tmp/runs && tar czf $JOBS/out/$name.tgz --exclude=actor $name" ;;
+scaling)
+    shift
+    GPU=all start verl_scaling "VERL_USE_EXTERNAL_MODULES=training.verl.plugin python3 benchmarks/verl_scaling.py \
+        --games $ASSETS/games --steps ${STEPS:-4} --gpu-memory ${VLLM_MEM:-0.35} --out $JOBS/out/verl_scaling $* && \
+        python3 -m figures.verl_scaling $JOBS/out/verl_scaling --out $JOBS/out/verl_scaling" ;;
 poll)
     end=$(( T0 + ${2:-500} ))
     running() { for log in $JOBS/*.log; do [ -e "${log%.log}.rc" ] || return 0; done; return 1; }
@@ -176,7 +188,7 @@ poll)
         grep -v "Loading weights\|Writing model shards" "$log" | tail -4 | cut -c1-400
     done
     for f in /tmp/runs/*/metrics.jsonl; do [ -e "$f" ] && echo "$f: $(wc -l < "$f") steps"; done
-    cp $JOBS/out/* "$OUT/" 2>/dev/null || true
+    cp -r $JOBS/out/* "$OUT/" 2>/dev/null || true
     for r in /tmp/runs/*/; do  # training runs: the folder without weights, the last checkpoint's adapter and state
         r=${r%/} name=$(basename "$r")
         [ -f "$r/run.json" ] && [ -f "$r/metrics.jsonl" ] || continue
@@ -190,6 +202,7 @@ poll)
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader ;;
 *)
     echo "usage: bash results/paper_scale_on_gpu.sh bundle DIR | install DIR | code SNAP.tar | zeroshot MODEL... |" \
-         "sft NAME CONFIG | eval NAME CKPT | run NAME METHOD MODEL WARM SEED | steps NAME MODEL | poll SECONDS" >&2
+         "sft NAME CONFIG | eval NAME CKPT | run NAME METHOD MODEL WARM SEED | steps NAME MODEL | scaling |" \
+         "poll SECONDS" >&2
     exit 2 ;;
 esac

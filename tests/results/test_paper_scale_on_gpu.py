@@ -69,7 +69,7 @@ def test_a_warm_start_folder_without_demonstrations_is_refused(inputs, tmp_path)
 def test_usage_names_every_command():
     done = subprocess.run(["bash", str(SCRIPT), "banana"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    for command in ("bundle", "install", "code", "zeroshot", "sft", "eval", "run", "steps", "poll"):
+    for command in ("bundle", "install", "code", "zeroshot", "sft", "eval", "run", "steps", "scaling", "poll"):
         assert command in done.stderr
 
 
@@ -101,3 +101,13 @@ def test_a_job_after_another_starts_only_once_that_one_ended_well(tmp_path):
     assert "== eval_first: 1" in polled.stdout and "== eval_second: 3" in polled.stdout, polled.stdout
     log = (tmp_path / "jobs" / "eval_second.log").read_text()
     assert "not started: eval_first ended with status 1" in log
+
+
+def test_the_scaling_benchmark_sees_every_gpu():
+    env = {"PATH": "/usr/bin:/bin", "DRY": "1", "GPUS": "4", "STEPS": "3"}
+    done = subprocess.run(["bash", str(SCRIPT), "scaling", "--gpus", "1,2"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("GPU all: VERL_USE_EXTERNAL_MODULES=training.verl.plugin python3 "
+                                  "benchmarks/verl_scaling.py ")
+    assert "--steps 3" in done.stdout and "--gpus 1,2" in done.stdout and "figures.verl_scaling" in done.stdout
