@@ -285,18 +285,16 @@ def test_shipped_warm_start_has_its_provenance(base):
 def test_shipped_warm_start_writes_the_format(base, alfworld_games, no_user_data):
     """The base model with the shipped adapter merged answers the first steps of a generated game in the format
     and ends each turn with the chat template's end of turn."""
-    from ocsd.replay.models import ModelNotFoundError
     from ocsd.replay.prompts import PromptRenderer
-    from training.config import make_config
+    from training.config import make_config, model_problem
     from training.envs.alfworld import AlfworldBatchEnv, load_games
     from training.policy import load_policy
     from training.rollout.loop import GenerationSettings, rollout
 
-    try:
-        tokenizer, model = load_policy(make_config({"model": base, "warm_start": str(SHIPPED_BY_BASE[base]),
-                                                    "lora_rank": 0}))
-    except ModelNotFoundError as err:
-        pytest.skip(f"{base} is not installed: {err}")
+    if model_problem(base) is not None:
+        pytest.skip(model_problem(base))
+    tokenizer, model = load_policy(make_config({"model": base, "warm_start": str(SHIPPED_BY_BASE[base]),
+                                                "lora_rank": 0}))
     game = load_games(alfworld_games, split="train")[0]
     with AlfworldBatchEnv([game], max_steps=2) as env:
         traj = rollout(model, tokenizer, PromptRenderer(tokenizer), env, [{"uid": "a", "group_uid": "a"}],
