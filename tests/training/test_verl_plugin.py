@@ -18,7 +18,9 @@ CHECK = ("{first}\n"
          "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
          "from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY\n"
          "print(TRAINER_REGISTRY.get('ocsd_sync'))\n"
-         "print(_agent_loop_registry.get('ocsd_env'))\n")
+         "print(_agent_loop_registry.get('ocsd_env'))\n"
+         "import torch\n"
+         "print('cudnn sdpa', torch.backends.cuda.cudnn_sdp_enabled())\n")
 
 
 @pytest.mark.parametrize("first", ["import verl", "import training.verl.main"])
@@ -37,9 +39,10 @@ def test_plugin_registers_the_agent_loop_in_a_fresh_interpreter(how, first):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "plugin" not in out.stderr.lower() and "circular import" not in out.stderr, out.stderr[-2000:]
     lines = out.stdout.strip().splitlines()
-    assert lines[-3] == "training.verl.logprobs"  # verl's per-token log-prob fallback replaced (no flash-attn here)
-    assert lines[-1] == "{'_target_': 'training.verl.agent_loop.EnvironmentAgentLoop'}"
-    assert lines[-2] == "<class 'training.verl.trainer.OCSDTrainer'>"
+    assert lines[-4] == "training.verl.logprobs"  # verl's per-token log-prob fallback replaced (no flash-attn here)
+    assert lines[-2] == "{'_target_': 'training.verl.agent_loop.EnvironmentAgentLoop'}"
+    assert lines[-3] == "<class 'training.verl.trainer.OCSDTrainer'>"
+    assert lines[-1] == "cudnn sdpa False"  # cuDNN's attention kernel left out in every process that imports verl
 
 
 def test_without_the_plugin_verl_has_no_such_agent_loop():
@@ -47,8 +50,8 @@ def test_without_the_plugin_verl_has_no_such_agent_loop():
     env.pop("VERL_USE_EXTERNAL_MODULES", None)
     out = subprocess.run([sys.executable, "-c", CHECK.format(first="import verl")], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip().splitlines()[-3:] == ["verl.utils.torch_functional", "None",
-                                                                             "None"]
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-4:] == ["verl.utils.torch_functional", "None",
+                                                                             "None", "cudnn sdpa True"]
 
 
 def test_checkpoint_callback_writes_records_the_validator_accepts(tmp_path):

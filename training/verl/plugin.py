@@ -11,13 +11,18 @@ the same where the package is not installed. Importing this module registers
 
 so the Ray processes that import verl (the task runner, the agent-loop workers) find them by name. Where flash-attn
 is not installed it also replaces verl's per-token log-prob fallback by the same computation in blocks of rows
-(:mod:`training.verl.logprobs`), in every process, the actor's workers included.
+(:mod:`training.verl.logprobs`), in every process, the actor's workers included. And it leaves cuDNN's kernel out of
+torch's scaled-dot-product attention in those processes: the actor runs padded bfloat16 rows through ``sdpa``, where
+that kernel's backward gave non-finite gradients on an H100 (the single-device trainer's differentiated passes leave
+it out the same way, :func:`ocsd.replay.scoring.cache.differentiable_attention`). vLLM's attention is its own.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
+
+import torch
 
 # Importing verl's trainer imports its optional engines and detects the accelerator. Where verl only serves the
 # single-device trainer's loss functions (a CPU machine), both merely list what is absent: kept out of the output.
@@ -36,6 +41,7 @@ from training.verl.tasks import AGENT_NAME
 from training.verl.trainer import TRAINER_MODE
 
 _install_logprobs()
+torch.backends.cuda.enable_cudnn_sdp(False)
 
 __all__ = ["AGENT_NAME", "TRAINER_MODE", "registered"]
 
