@@ -40,10 +40,16 @@
 #                                                            (50) steps, resuming where a restored run stopped; each
 #                                                            checkpoint's run folder (without weights) and the last
 #                                                            checkpoint's adapter and optimizer state are packed by poll
-#   bash results/paper_scale_on_gpu.sh scaling [option...]  the veRL scaling benchmark on every GPU of the machine
+#   bash results/paper_scale_on_gpu.sh scaling [option...]   the veRL scaling benchmark on every GPU of the machine
 #                                                            (benchmarks/verl_scaling.py: the single-device trainer,
 #                                                            then verl on 1, 2 and 4 GPUs, STEPS (4) steps each) and
 #                                                            its table and figure, into $OUT/verl_scaling/
+#   bash results/paper_scale_on_gpu.sh verl_check            a verl run on one GPU (benchmarks/verl_backend.py, the
+#                                                            SmolLM2 warm start, STEPS (2) steps), the parity of its
+#                                                            first batch with the single-device trainer on the GPU in
+#                                                            float32 (training.verl.parity: $OUT/verl_parity.json),
+#                                                            its records validated and its report, into
+#                                                            $OUT/verl_check.tgz
 #   bash results/paper_scale_on_gpu.sh poll SECONDS          wait up to SECONDS for the jobs; print their progress and
 #                                                            copy what they finished into $OUT (runs: NAME.tgz and
 #                                                            NAME.actor.tgz.aa, ... of their last checkpoint)
@@ -178,6 +184,14 @@ scaling)
     GPU=all start verl_scaling "VERL_USE_EXTERNAL_MODULES=training.verl.plugin python3 benchmarks/verl_scaling.py \
         --games $ASSETS/games --steps ${STEPS:-4} --gpu-memory ${VLLM_MEM:-0.35} --out $JOBS/out/verl_scaling $* && \
         python3 -m figures.verl_scaling $JOBS/out/verl_scaling --out $JOBS/out/verl_scaling" ;;
+verl_check)
+    start verl_check "export VERL_USE_EXTERNAL_MODULES=training.verl.plugin; B=/tmp/runs/verl_check; \
+        python3 benchmarks/verl_backend.py --games $ASSETS/games --steps ${STEPS:-2} --gpu-memory ${VLLM_MEM:-0.35} \
+        --backends verl --gpus 1 --out \$B && \
+        python3 -m training.verl.parity \$B/verl --step 1 --device cuda --dtype float32 --json \
+        > $JOBS/out/verl_parity.json && python3 -m ocsd.records validate \$B/verl && \
+        python3 -m diagnostics.report --run \$B/verl --out \$B/verl/report && \
+        cd /tmp/runs && tar czf $JOBS/out/verl_check.tgz --exclude=actor --exclude=batches verl_check" ;;
 poll)
     end=$(( T0 + ${2:-500} ))
     running() { for log in $JOBS/*.log; do [ -e "${log%.log}.rc" ] || return 0; done; return 1; }
@@ -203,6 +217,6 @@ poll)
 *)
     echo "usage: bash results/paper_scale_on_gpu.sh bundle DIR | install DIR | code SNAP.tar | zeroshot MODEL... |" \
          "sft NAME CONFIG | eval NAME CKPT | run NAME METHOD MODEL WARM SEED | steps NAME MODEL | scaling |" \
-         "poll SECONDS" >&2
+         "verl_check | poll SECONDS" >&2
     exit 2 ;;
 esac

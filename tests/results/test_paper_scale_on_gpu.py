@@ -69,7 +69,8 @@ def test_a_warm_start_folder_without_demonstrations_is_refused(inputs, tmp_path)
 def test_usage_names_every_command():
     done = subprocess.run(["bash", str(SCRIPT), "banana"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    for command in ("bundle", "install", "code", "zeroshot", "sft", "eval", "run", "steps", "scaling", "poll"):
+    for command in ("bundle", "install", "code", "zeroshot", "sft", "eval", "run", "steps", "scaling", "verl_check",
+                    "poll"):
         assert command in done.stderr
 
 
@@ -111,3 +112,15 @@ def test_the_scaling_benchmark_sees_every_gpu():
     assert done.stdout.startswith("GPU all: VERL_USE_EXTERNAL_MODULES=training.verl.plugin python3 "
                                   "benchmarks/verl_scaling.py ")
     assert "--steps 3" in done.stdout and "--gpus 1,2" in done.stdout and "figures.verl_scaling" in done.stdout
+
+
+def test_the_verl_check_runs_verl_then_its_parity_validation_and_report_on_one_gpu():
+    env = {"PATH": "/usr/bin:/bin", "DRY": "1", "GPUS": "4", "GPU": "2"}
+    done = subprocess.run(["bash", str(SCRIPT), "verl_check"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.startswith("GPU 2: export VERL_USE_EXTERNAL_MODULES=training.verl.plugin;")
+    order = [out.index(part) for part in ("benchmarks/verl_backend.py", "training.verl.parity",
+                                          "ocsd.records validate", "diagnostics.report", "verl_check.tgz")]
+    assert order == sorted(order) and "--backends verl --gpus 1" in out and "--dtype float32" in out
