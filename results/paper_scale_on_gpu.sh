@@ -99,8 +99,14 @@ install() {
     rm -rf $ASSETS && mkdir -p $ASSETS /root/gpu_site
     cat "$dir"/ps.* | tar -xf - -C $ASSETS
     tar -xJf $ASSETS/site/site312.tar.xz -C /root/gpu_site
-    PY=python3 bash scripts/gpu_stack.sh install $ASSETS/stack /tmp/gpu 2>&1 | grep -v "^INFO\|^WARNING" | tail -2
-    PY=python3 bash scripts/gpu_stack.sh models-install $ASSETS/models "$CACHE" 2>&1 | tail -3
+    # the stack and the models install side by side, each into its own folder
+    PY=python3 bash scripts/gpu_stack.sh install $ASSETS/stack /tmp/gpu > $ASSETS/stack.log 2>&1 & local stack=$!
+    PY=python3 bash scripts/gpu_stack.sh models-install $ASSETS/models "$CACHE" > $ASSETS/models.log 2>&1 \
+        & local models=$!
+    wait $stack || { tail -5 $ASSETS/stack.log; echo "install: the vLLM stack did not install" >&2; exit 2; }
+    grep -v "^INFO\|^WARNING" $ASSETS/stack.log | tail -2
+    wait $models || { tail -5 $ASSETS/models.log; echo "install: the models did not install" >&2; exit 2; }
+    tail -3 $ASSETS/models.log
     rm -rf $ASSETS/stack $ASSETS/models
     mkdir -p /tmp/runs
     for f in $ASSETS/runs/*.tgz; do [ -e "$f" ] && tar -xzf "$f" -C /tmp/runs; done  # runs without weights

@@ -158,9 +158,14 @@ models_install() {
     mkdir -p "$cache/site"
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$cache/site" "$work"/models/gguf-*.whl \
         || die "models-install: the gguf wheel in $parts does not install"
-    for gguf in "$work"/models/*.gguf; do
-        PYTHONPATH=$cache/site${PYTHONPATH:+:$PYTHONPATH} "$PY" -m ocsd.replay.catalog convert             "$(basename "$gguf" .gguf)" --gguf "$gguf" --cache "$cache" || die "models-install: $(basename "$gguf")"
+    local jobs=() failed="" job
+    for gguf in "$work"/models/*.gguf; do  # one conversion per model, side by side
+        PYTHONPATH=$cache/site${PYTHONPATH:+:$PYTHONPATH} "$PY" -m ocsd.replay.catalog convert \
+            "$(basename "$gguf" .gguf)" --gguf "$gguf" --cache "$cache" &
+        jobs+=("$!:$(basename "$gguf")")
     done
+    for job in "${jobs[@]}"; do wait "${job%%:*}" || failed="$failed ${job#*:}"; done
+    [ -z "$failed" ] || die "models-install: not converted:$failed"
     echo "use them with: export OCSD_CACHE=$cache PYTHONPATH=$cache/site:\$PYTHONPATH"
 }
 

@@ -67,3 +67,13 @@ def test_a_gguf_that_is_not_the_catalogues_is_refused(tmp_path):
     done = _install(parts, tmp_path / "cache")
     assert done.returncode == 2
     assert "smollm2.gguf" in done.stderr and "expected 98,362,432" in done.stderr
+
+
+def test_every_model_is_converted_and_each_failure_named(tmp_path):
+    """The models convert side by side; one failing does not hide another's failure."""
+    parts = _parts(tmp_path, {"smollm2.gguf": b"not the model" * 10, "qwen2.5-coder-0.5b.gguf": b"nor this" * 10,
+                              "gguf-0.0-py3-none-any.whl": _wheel()})
+    done = _install(parts, tmp_path / "cache")
+    assert done.returncode == 2
+    assert "not converted: qwen2.5-coder-0.5b.gguf smollm2.gguf" in done.stderr
+    assert "expected 98,362,432" in done.stderr  # smollm2's own refusal, printed by its conversion
