@@ -22,9 +22,9 @@
 #                                                            prompt and settings (python -m training.evaluate),
 #                                                            REPEATS (2) episodes per game, into $OUT/zeroshot_*.json
 #   bash results/paper_scale_on_gpu.sh steps NAME MODEL [key=value...]
-#                                                            a training run of the paper's config on the generated
-#                                                            games for STEPS (2) steps, to time its phases; the run
-#                                                            folder without weights into $OUT/NAME.tgz
+#                                                            a training run of the paper's config on TRAIN_GAMES for
+#                                                            STEPS (2) steps, to time its phases; the run folder
+#                                                            without weights into $OUT/NAME.tgz (poll packs no weights)
 #   bash results/paper_scale_on_gpu.sh sft NAME CONFIG [key=value...]
 #                                                            a warm start (python -m training.sft) from the carried
 #                                                            demonstrations of NAME, exported with its provenance into
@@ -34,12 +34,13 @@
 #                                                            SPLIT (valid_seen) as zeroshot does, into
 #                                                            $OUT/eval_NAME.json
 #   bash results/paper_scale_on_gpu.sh run NAME METHOD MODEL WARM SEED [key=value...]
-#                                                            a paper-setting run from the warm start WARM with LoRA
-#                                                            (rank 8, lr 2e-5: only the adapter and its optimizer
-#                                                            state, not full weights, fit a transfer back) for STEPS
-#                                                            (50) steps, resuming where a restored run stopped; each
-#                                                            checkpoint's run folder (without weights) and the last
-#                                                            checkpoint's adapter and optimizer state are packed by poll
+#                                                            a paper-setting run on TRAIN_GAMES from the warm start
+#                                                            WARM with LoRA (rank 8, lr 2e-5: only the adapter and
+#                                                            its optimizer state, not full weights, fit a transfer
+#                                                            back) for STEPS (50) steps, resuming where a restored
+#                                                            run stopped; each checkpoint's run folder (without
+#                                                            weights) and the last checkpoint's adapter and optimizer
+#                                                            state are packed by poll
 #   bash results/paper_scale_on_gpu.sh scaling [option...]   the veRL scaling benchmark on every GPU of the machine
 #                                                            (benchmarks/verl_scaling.py: the single-device trainer,
 #                                                            then verl on 1, 2 and 4 GPUs, STEPS (4) steps each) and
@@ -50,23 +51,28 @@
 #                                                            float32 (training.verl.parity: $OUT/verl_parity.json),
 #                                                            its records validated and its report, into
 #                                                            $OUT/verl_check.tgz
-#   bash results/paper_scale_on_gpu.sh poll SECONDS          wait up to SECONDS for the jobs; print their progress and
-#                                                            copy what they finished into $OUT (runs: NAME.tgz and
-#                                                            NAME.actor.tgz.aa, ... of their last checkpoint)
-# Settings: DRY (set: print each job's GPU and command instead of starting it), AFTER (a job's NAME: the job started
+#   bash results/paper_scale_on_gpu.sh poll SECONDS [RUN...] wait up to SECONDS for the jobs; print their progress and
+#                                                            copy what they finished into $OUT (runs: NAME.tgz and,
+#                                                            for each RUN named (all without), NAME.actor.tgz.aa, ...
+#                                                            of its last checkpoint: 58 MB for the 0.5B, so about one
+#                                                            run's fits a call's 64 MB back)
+# Settings: TRAIN_GAMES (real: the carried release's valid_train split, 200 trials of ALFWorld's training split, with
+# valid_seen for validation; generated: the carried generated games, 88-98% of whose episodes the 0.5B warm start wins),
+# DRY (set: print each job's GPU and command instead of starting it), AFTER (a job's NAME: the job started
 # now waits for it and runs only if it ended with status 0), DEMOS_OF (sft: the carried demonstrations of another
 # NAME), SFT_SAVE_FREQ (100) optimizer steps between warm-start checkpoints (each holds merged weights: 3 GB for the
 # 1.5B), CACHE (/tmp/ocsd_cache), GPU (the next one round the machine; all: every one) the GPU of a job started now,
 # WORKERS (12) environment processes per job, VLLM_MEM (0.35) the share of GPU memory each vLLM engine takes, GPUS
 # (all of the machine's), MICRO (8192) update micro-batch tokens and SCORING_TOKENS (16384) replay-scoring batch
 # tokens (a 152k-token vocabulary makes the logits of 32k tokens 20 GB), JOBS (/tmp/ps_jobs) the jobs' logs and exit
-# statuses.
+# statuses, RUNS_DIR (/tmp/runs) the training runs that poll packs.
 set -e
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
 ASSETS=/tmp/ps_assets
 CACHE=${CACHE:-/tmp/ocsd_cache}
 JOBS=${JOBS:-/tmp/ps_jobs}
+RUNS_DIR=${RUNS_DIR:-/tmp/runs}
 
 bundle() {
     local dir=${1:?bundle: name the folder} work d
@@ -108,10 +114,10 @@ install() {
     wait $models || { tail -5 $ASSETS/models.log; echo "install: the models did not install" >&2; exit 2; }
     tail -3 $ASSETS/models.log
     rm -rf $ASSETS/stack $ASSETS/models
-    mkdir -p /tmp/runs
-    for f in $ASSETS/runs/*.tgz; do [ -e "$f" ] && tar -xzf "$f" -C /tmp/runs; done  # runs without weights
-    for f in $ASSETS/runs/*.actor.tgz.aa; do [ -e "$f" ] && cat "${f%.aa}".* | tar -xzf - -C /tmp/runs; done
-    ls /tmp/runs
+    mkdir -p $RUNS_DIR
+    for f in $ASSETS/runs/*.tgz; do [ -e "$f" ] && tar -xzf "$f" -C $RUNS_DIR; done  # runs without weights
+    for f in $ASSETS/runs/*.actor.tgz.aa; do [ -e "$f" ] && cat "${f%.aa}".* | tar -xzf - -C $RUNS_DIR; done
+    ls $RUNS_DIR
     echo "installed in $(( $(date +%s) - T0 )) s"
 }
 
@@ -138,6 +144,14 @@ start() {  # NAME CMD: CMD in the background (setsid) on the next GPU, its outpu
     [ "$slot" != all ] || gpu_env=""  # GPU=all: the job sees every GPU of the machine
     env $gpu_env setsid bash -c "( $wait$2 ); echo \$? > $JOBS/$1.rc" > $JOBS/$1.log 2>&1 < /dev/null &
     echo "started $1 on GPU $slot${AFTER:+ after $AFTER}"
+}
+
+training_games() {  # the training games of run and steps: TRAIN_GAMES=real (the carried release's valid_train
+    case "${TRAIN_GAMES:-real}" in  # split, 200 trials of ALFWorld's training split) or generated (the carried games)
+        real) echo "data=$ASSETS/valid train_split=valid_train val_split=valid_seen" ;;
+        generated) echo "data=generated games_dir=$ASSETS/games n_train_games=200 n_val_games=2" ;;
+        *) echo "TRAIN_GAMES must be real or generated, not '$TRAIN_GAMES'" >&2; exit 2 ;;
+    esac
 }
 
 evaluation() {  # FILE CKPT: the command that evaluates CKPT on $SPLIT (valid_seen) into $JOBS/out/FILE.json
@@ -170,56 +184,61 @@ run)
     model=${4:?run NAME METHOD MODEL WARM SEED} warm=${5:?run NAME METHOD MODEL WARM SEED}
     seed=${6:?run NAME METHOD MODEL WARM SEED}
     shift 6
-    start "$name" "python3 -m training.train --config training/configs/alfworld_paper.yaml run_dir=/tmp/runs/$name \
+    games=$(training_games)
+    start "$name" "python3 -m training.train --config training/configs/alfworld_paper.yaml run_dir=$RUNS_DIR/$name \
         run_name=$name method=$method model=$model warm_start=$warm seed=$seed lora_rank=8 lora_alpha=16 lr=2e-5 \
-        save_merged=false data=generated games_dir=$ASSETS/games n_val_games=2 total_steps=${STEPS:-50} \
+        save_merged=false $games total_steps=${STEPS:-50} \
         save_freq=${SAVE_FREQ:-5} test_freq=0 rollout_engine=vllm env_workers=${WORKERS:-12} \
         micro_batch_tokens=${MICRO:-8192} scoring_token_budget=${SCORING_TOKENS:-16384} \
         vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} progress=false $*" ;;
 steps)
     name=${2:?steps NAME MODEL [key=value...]} model=${3:?steps NAME MODEL [key=value...]}
     shift 3
-    start "$name" "python3 -m training.train --config training/configs/alfworld_paper.yaml run_dir=/tmp/runs/$name \
-        run_name=$name model=$model data=generated games_dir=$ASSETS/games n_train_games=64 n_val_games=2 \
+    games=$(training_games)
+    start "$name" "python3 -m training.train --config training/configs/alfworld_paper.yaml \
+        run_dir=/tmp/steptime/$name run_name=$name model=$model $games \
         total_steps=${STEPS:-2} save_freq=${STEPS:-2} test_freq=0 rollout_engine=vllm env_workers=${WORKERS:-12} \
         micro_batch_tokens=${MICRO:-8192} scoring_token_budget=${SCORING_TOKENS:-16384} \
         vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} progress=false $* && \
-        cd /tmp/runs && tar czf $JOBS/out/$name.tgz --exclude=actor $name" ;;
+        cd /tmp/steptime && tar czf $JOBS/out/$name.tgz --exclude=actor $name" ;;
 scaling)
     shift
     GPU=all start verl_scaling "VERL_USE_EXTERNAL_MODULES=training.verl.plugin python3 benchmarks/verl_scaling.py \
         --games $ASSETS/games --steps ${STEPS:-4} --gpu-memory ${VLLM_MEM:-0.35} --out $JOBS/out/verl_scaling $* && \
         python3 -m figures.verl_scaling $JOBS/out/verl_scaling --out $JOBS/out/verl_scaling" ;;
 verl_check)
-    start verl_check "export VERL_USE_EXTERNAL_MODULES=training.verl.plugin; B=/tmp/runs/verl_check; \
+    start verl_check "export VERL_USE_EXTERNAL_MODULES=training.verl.plugin; B=$RUNS_DIR/verl_check; \
         python3 benchmarks/verl_backend.py --games $ASSETS/games --steps ${STEPS:-2} --gpu-memory ${VLLM_MEM:-0.35} \
         --backends verl --gpus 1 --out \$B && \
         python3 -m training.verl.parity \$B/verl --step 1 --device cuda --dtype float32 --json \
         > $JOBS/out/verl_parity.json && python3 -m ocsd.records validate \$B/verl && \
         python3 -m diagnostics.report --run \$B/verl --out \$B/verl/report && \
-        cd /tmp/runs && tar czf $JOBS/out/verl_check.tgz --exclude=actor --exclude=batches verl_check" ;;
+        cd $RUNS_DIR && tar czf $JOBS/out/verl_check.tgz --exclude=actor --exclude=batches verl_check" ;;
 poll)
     end=$(( T0 + ${2:-500} ))
-    running() { for log in $JOBS/*.log; do [ -e "${log%.log}.rc" ] || return 0; done; return 1; }
+    running() { for log in $JOBS/*.log; do [ -e "$log" ] && [ ! -e "${log%.log}.rc" ] && return 0; done; return 1; }
     while running && [ "$(date +%s)" -lt $end ]; do sleep 10; done
     for log in $JOBS/*.log; do
+        [ -e "$log" ] || continue
         echo "== $(basename "$log" .log): $(cat "${log%.log}.rc" 2>/dev/null || echo running)"
         grep -v "Loading weights\|Writing model shards" "$log" | grep -m3 -i "error\|Traceback\|Killed" || true
         grep -v "Loading weights\|Writing model shards" "$log" | tail -4 | cut -c1-400
     done
-    for f in /tmp/runs/*/metrics.jsonl; do [ -e "$f" ] && echo "$f: $(wc -l < "$f") steps"; done
+    for f in $RUNS_DIR/*/metrics.jsonl; do [ -e "$f" ] && echo "$f: $(wc -l < "$f") steps"; done
     cp -r $JOBS/out/* "$OUT/" 2>/dev/null || true
-    for r in /tmp/runs/*/; do  # training runs: the folder without weights, the last checkpoint's adapter and state
+    shift 2 2>/dev/null || shift $#  # NAME...: only these runs' weights (a call brings back 64 MB: about one run's)
+    for r in $RUNS_DIR/*/; do  # training runs: the folder without weights, the last checkpoint's adapter and state
         r=${r%/} name=$(basename "$r")
         [ -f "$r/run.json" ] && [ -f "$r/metrics.jsonl" ] || continue
         last=$(ls -d "$r"/global_step_* 2>/dev/null | sort -t_ -k3 -n | tail -1)
-        (cd /tmp/runs && tar czf "$OUT/$name.tgz" --exclude=actor "$name")
-        [ -n "$last" ] && [ -d "$last/actor" ] && (cd /tmp/runs && tar czf - "$name/$(basename "$last")/actor" \
+        (cd $RUNS_DIR && tar czf "$OUT/$name.tgz" --exclude=actor "$name")
+        [ $# -eq 0 ] || [[ " $* " == *" $name "* ]] || continue
+        [ -n "$last" ] && [ -d "$last/actor" ] && (cd $RUNS_DIR && tar czf - "$name/$(basename "$last")/actor" \
             | split -b 15M - "$OUT/$name.actor.tgz.")
     done
     ls -la "$OUT"
     { pgrep -fa "training\.(evaluate|train|sft)" || echo "nothing running"; } | cut -c1-150
-    nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader ;;
+    nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null || true ;;
 *)
     echo "usage: bash results/paper_scale_on_gpu.sh bundle DIR | install DIR | code SNAP.tar | zeroshot MODEL... |" \
          "sft NAME CONFIG | eval NAME CKPT | run NAME METHOD MODEL WARM SEED | steps NAME MODEL | scaling |" \

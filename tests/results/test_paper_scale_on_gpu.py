@@ -124,3 +124,50 @@ def test_the_verl_check_runs_verl_then_its_parity_validation_and_report_on_one_g
     order = [out.index(part) for part in ("benchmarks/verl_backend.py", "training.verl.parity",
                                           "ocsd.records validate", "diagnostics.report", "verl_check.tgz")]
     assert order == sorted(order) and "--backends verl --gpus 1" in out and "--dtype float32" in out
+
+
+@pytest.mark.parametrize("games, expected", [
+    (None, "data=/tmp/ps_assets/valid train_split=valid_train val_split=valid_seen"),
+    ("real", "data=/tmp/ps_assets/valid train_split=valid_train val_split=valid_seen"),
+    ("generated", "data=generated games_dir=/tmp/ps_assets/games n_train_games=200"),
+])
+def test_runs_and_step_timings_train_on_the_training_games_asked_for(games, expected):
+    env = {"PATH": "/usr/bin:/bin", "DRY": "1", "GPUS": "2", "GPU": "1", **({"TRAIN_GAMES": games} if games else {})}
+    for args in (["run", "r", "ocsd", "qwen2.5-coder-0.5b", "W", "1"], ["steps", "s", "qwen2.5-coder-0.5b"]):
+        done = subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert expected in " ".join(done.stdout.split()), done.stdout
+    assert "run_dir=/tmp/steptime/s " in done.stdout  # step timings stay out of the runs that poll packs
+
+
+def test_unknown_training_games_are_refused_before_a_job_starts(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "GPUS": "1", "TRAIN_GAMES": "valid", "JOBS": str(tmp_path / "jobs")}
+    done = subprocess.run(["bash", str(SCRIPT), "run", "r", "grpo", "m", "W", "1"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "TRAIN_GAMES must be real or generated, not 'valid'" in done.stderr
+    assert not (tmp_path / "jobs").exists()
+
+
+def test_poll_packs_every_run_and_the_weights_of_the_runs_named(tmp_path):
+    """poll SECONDS RUN...: each run folder without weights, and the last checkpoint's weights of the named runs
+    only (a call brings back 64 MB, about one 0.5B run's adapter and optimizer state)."""
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    out.mkdir()
+    for name in ("ocsd_a", "grpo_a"):
+        for step in (2, 4):
+            actor = runs / name / f"global_step_{step}" / "actor"
+            actor.mkdir(parents=True)
+            (actor / "trainer_state.pt").write_bytes(f"{name}{step}".encode())
+        (runs / name / "run.json").write_text("{}")
+        (runs / name / "metrics.jsonl").write_text("{}\n")
+    env = {"PATH": "/usr/bin:/bin", "GPUS": "1", "JOBS": str(tmp_path / "jobs"), "OUT": str(out),
+           "RUNS_DIR": str(runs)}
+    done = subprocess.run(["bash", str(SCRIPT), "poll", "1", "grpo_a"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["grpo_a.actor.tgz.aa", "grpo_a.tgz", "ocsd_a.tgz"]
+    with tarfile.open(out / "grpo_a.actor.tgz.aa") as packed:
+        assert packed.getnames()[-1] == "grpo_a/global_step_4/actor/trainer_state.pt"
+    with tarfile.open(out / "ocsd_a.tgz") as packed:
+        assert not [n for n in packed.getnames() if "/actor" in n]
