@@ -41,6 +41,11 @@
 #                                                            run stopped; each checkpoint's run folder (without
 #                                                            weights) and the last checkpoint's adapter and optimizer
 #                                                            state are packed by poll
+#   bash results/paper_scale_on_gpu.sh ladder NAME RUN MODEL...
+#                                                            the diagnosis of RUN's steps (a run folder of the commit)
+#                                                            by its stored scores and by each scorer MODEL
+#                                                            (python -m rescoring.ladder, with the observation swap),
+#                                                            into $OUT/ladder_NAME.tgz
 #   bash results/paper_scale_on_gpu.sh scaling [option...]   the veRL scaling benchmark on every GPU of the machine
 #                                                            (benchmarks/verl_scaling.py: the single-device trainer,
 #                                                            then verl on 1, 2 and 4 GPUs, STEPS (4) steps each) and
@@ -201,6 +206,13 @@ steps)
         micro_batch_tokens=${MICRO:-8192} scoring_token_budget=${SCORING_TOKENS:-16384} \
         vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} progress=false $* && \
         cd /tmp/steptime && tar czf $JOBS/out/$name.tgz --exclude=actor $name" ;;
+ladder)
+    name=${2:?ladder NAME RUN MODEL...} run=${3:?ladder NAME RUN MODEL...}
+    shift 3
+    [ $# -gt 0 ] || { echo "ladder: name at least one scorer MODEL (a catalogue name or a warm-start folder)" >&2; exit 2; }
+    start "ladder_$name" "python3 -m rescoring.ladder --run $run --model stored $(printf -- '--model %s ' "$@")\
+--out /tmp/ladder/$name --device cuda --dtype bfloat16 --no-progress && \
+        tar czf $JOBS/out/ladder_$name.tgz -C /tmp/ladder $name" ;;
 scaling)
     shift
     GPU=all start verl_scaling "VERL_USE_EXTERNAL_MODULES=training.verl.plugin python3 benchmarks/verl_scaling.py \
@@ -241,7 +253,8 @@ poll)
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null || true ;;
 *)
     echo "usage: bash results/paper_scale_on_gpu.sh bundle DIR | install DIR | code SNAP.tar | zeroshot MODEL... |" \
-         "sft NAME CONFIG | eval NAME CKPT | run NAME METHOD MODEL WARM SEED | steps NAME MODEL | scaling |" \
+         "sft NAME CONFIG | eval NAME CKPT | run NAME METHOD MODEL WARM SEED | steps NAME MODEL |" \
+         "ladder NAME RUN MODEL... | scaling |" \
          "verl_check | poll SECONDS" >&2
     exit 2 ;;
 esac

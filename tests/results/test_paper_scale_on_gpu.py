@@ -69,8 +69,8 @@ def test_a_warm_start_folder_without_demonstrations_is_refused(inputs, tmp_path)
 def test_usage_names_every_command():
     done = subprocess.run(["bash", str(SCRIPT), "banana"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    for command in ("bundle", "install", "code", "zeroshot", "sft", "eval", "run", "steps", "scaling", "verl_check",
-                    "poll"):
+    for command in ("bundle", "install", "code", "zeroshot", "sft", "eval", "run", "steps", "ladder", "scaling",
+                    "verl_check", "poll"):
         assert command in done.stderr
 
 
@@ -171,3 +171,16 @@ def test_poll_packs_every_run_and_the_weights_of_the_runs_named(tmp_path):
         assert packed.getnames()[-1] == "grpo_a/global_step_4/actor/trainer_state.pt"
     with tarfile.open(out / "ocsd_a.tgz") as packed:
         assert not [n for n in packed.getnames() if "/actor" in n]
+
+
+def test_the_ladder_job_scores_a_run_with_its_stored_scores_and_each_model_named():
+    env = {"PATH": "/usr/bin:/bin", "DRY": "1", "GPUS": "2", "GPU": "0"}
+    args = ["ladder", "q05", "results/paper_scale/run", "qwen2.5-coder-0.5b", "training/warm_starts/w"]
+    done = subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("GPU 0: python3 -m rescoring.ladder --run results/paper_scale/run --model stored "
+                                  "--model qwen2.5-coder-0.5b --model training/warm_starts/w --out /tmp/ladder/q05 ")
+    assert "ladder_q05.tgz" in done.stdout
+    refused = subprocess.run(["bash", str(SCRIPT), *args[:3]], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=60)
+    assert refused.returncode == 2 and "name at least one scorer MODEL" in refused.stderr
