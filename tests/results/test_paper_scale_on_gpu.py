@@ -129,7 +129,7 @@ def test_the_verl_check_runs_verl_then_its_parity_validation_and_report_on_one_g
 @pytest.mark.parametrize("games, expected", [
     (None, "data=/tmp/ps_assets/valid train_split=valid_train val_split=valid_seen"),
     ("real", "data=/tmp/ps_assets/valid train_split=valid_train val_split=valid_seen"),
-    ("generated", "data=generated games_dir=/tmp/ps_assets/games n_train_games=200"),
+    ("generated", "data=generated games_dir=/tmp/ps_assets/games n_train_games=64"),
 ])
 def test_runs_and_step_timings_train_on_the_training_games_asked_for(games, expected):
     env = {"PATH": "/usr/bin:/bin", "DRY": "1", "GPUS": "2", "GPU": "1", **({"TRAIN_GAMES": games} if games else {})}
