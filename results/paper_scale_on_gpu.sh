@@ -160,6 +160,15 @@ training_games() {  # the training games of run and steps: TRAIN_GAMES=real (the
     esac
 }
 
+training() {  # RUN_DIR KEY=VALUE...: the command that trains alfworld_paper.yaml on TRAIN_GAMES with this machine's
+    local games  # settings into RUN_DIR, the KEY=VALUE settings last (a refused TRAIN_GAMES ends the script, status 2)
+    games=$(training_games) || exit 2
+    echo "python3 -m training.train --config training/configs/alfworld_paper.yaml run_dir=$1 run_name=$(basename "$1") \
+        $games test_freq=0 rollout_engine=vllm env_workers=${WORKERS:-12} micro_batch_tokens=${MICRO:-8192} \
+        scoring_token_budget=${SCORING_TOKENS:-16384} vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} progress=false \
+        ${*:2}"
+}
+
 evaluation() {  # FILE CKPT: the command that evaluates CKPT on $SPLIT (valid_seen) into $JOBS/out/FILE.json
     echo "python3 -m training.evaluate --ckpt $2 --config training/configs/alfworld_paper.yaml \
         --data $ASSETS/valid --split ${SPLIT:-valid_seen} --repeats ${REPEATS:-2} --json \
@@ -190,29 +199,22 @@ run)
     model=${4:?run NAME METHOD MODEL WARM SEED} warm=${5:?run NAME METHOD MODEL WARM SEED}
     seed=${6:?run NAME METHOD MODEL WARM SEED}
     shift 6
-    games=$(training_games)
-    start "$name" "python3 -m training.train --config training/configs/alfworld_paper.yaml run_dir=$RUNS_DIR/$name \
-        run_name=$name method=$method model=$model warm_start=$warm seed=$seed lora_rank=8 lora_alpha=16 lr=2e-5 \
-        save_merged=false $games total_steps=${STEPS:-50} \
-        save_freq=${SAVE_FREQ:-5} test_freq=0 rollout_engine=vllm env_workers=${WORKERS:-12} \
-        micro_batch_tokens=${MICRO:-8192} scoring_token_budget=${SCORING_TOKENS:-16384} \
-        vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} progress=false $*" ;;
+    cmd=$(training "$RUNS_DIR/$name" method=$method model=$model warm_start=$warm seed=$seed lora_rank=8 \
+        lora_alpha=16 lr=2e-5 save_merged=false total_steps=${STEPS:-50} save_freq=${SAVE_FREQ:-5} "$@")
+    start "$name" "$cmd" ;;
 steps)
     name=${2:?steps NAME MODEL [key=value...]} model=${3:?steps NAME MODEL [key=value...]}
     shift 3
-    games=$(training_games)
-    start "$name" "python3 -m training.train --config training/configs/alfworld_paper.yaml \
-        run_dir=/tmp/steptime/$name run_name=$name model=$model $games \
-        total_steps=${STEPS:-2} save_freq=${STEPS:-2} test_freq=0 rollout_engine=vllm env_workers=${WORKERS:-12} \
-        micro_batch_tokens=${MICRO:-8192} scoring_token_budget=${SCORING_TOKENS:-16384} \
-        vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} progress=false $* && \
-        cd /tmp/steptime && tar czf $JOBS/out/$name.tgz --exclude=actor $name" ;;
+    cmd=$(training "/tmp/steptime/$name" model=$model total_steps=${STEPS:-2} save_freq=${STEPS:-2} "$@")
+    start "$name" "$cmd && cd /tmp/steptime && tar czf $JOBS/out/$name.tgz --exclude=actor $name" ;;
 ladder)
     name=${2:?ladder NAME RUN MODEL...} run=${3:?ladder NAME RUN MODEL...}
     shift 3
-    [ $# -gt 0 ] || { echo "ladder: name at least one scorer MODEL (a catalogue name or a warm-start folder)" >&2; exit 2; }
-    start "ladder_$name" "python3 -m rescoring.ladder --run $run --model stored $(printf -- '--model %s ' "$@")\
---out /tmp/ladder/$name --device cuda --dtype bfloat16 --no-progress && \
+    [ $# -gt 0 ] || { echo "ladder: name at least one scorer MODEL (a catalogue name or a warm-start folder)" >&2
+                      exit 2; }
+    models=$(printf -- '--model %s ' "$@")
+    start "ladder_$name" "python3 -m rescoring.ladder --run $run --model stored $models--out /tmp/ladder/$name \
+        --device cuda --dtype bfloat16 --no-progress && \
         tar czf $JOBS/out/ladder_$name.tgz -C /tmp/ladder $name" ;;
 scaling)
     shift
@@ -239,7 +241,7 @@ poll)
     done
     for f in $RUNS_DIR/*/metrics.jsonl; do [ -e "$f" ] && echo "$f: $(wc -l < "$f") steps"; done
     cp -r $JOBS/out/* "$OUT/" 2>/dev/null || true
-    shift 2 2>/dev/null || shift $#  # NAME...: only these runs' weights (a call brings back 64 MB: about one run's)
+    set -- "${@:3}"  # the RUNs after SECONDS: only their weights (a call brings back 64 MB, about one run's)
     for r in $RUNS_DIR/*/; do  # training runs: the folder without weights, the last checkpoint's adapter and state
         r=${r%/} name=$(basename "$r")
         [ -f "$r/run.json" ] && [ -f "$r/metrics.jsonl" ] || continue
