@@ -56,11 +56,12 @@
 #                                                            float32 (training.verl.parity: $OUT/verl_parity.json),
 #                                                            its records validated and its report, into
 #                                                            $OUT/verl_check.tgz
-#   bash results/paper_scale_on_gpu.sh poll SECONDS [RUN...] wait up to SECONDS for the jobs; print their progress and
-#                                                            copy what they finished into $OUT (runs: NAME.tgz and,
-#                                                            for each RUN named (all without), NAME.actor.tgz.aa, ...
-#                                                            of its last checkpoint: 58 MB for the 0.5B, so about one
-#                                                            run's fits a call's 64 MB back)
+#   bash results/paper_scale_on_gpu.sh poll SECONDS [RUN...] wait up to SECONDS for the jobs and print their progress;
+#                                                            without RUN, copy what they finished into $OUT (outputs,
+#                                                            each run folder without weights: NAME.tgz); with RUNs,
+#                                                            only those runs' NAME.tgz and NAME.actor.tgz.aa, ... of
+#                                                            the last checkpoint that has its weights (58 MB for the
+#                                                            0.5B: one run per call, which brings back 8 files, 64 MB)
 # Settings: TRAIN_GAMES (real: the carried release's valid_train split, 200 trials of ALFWorld's training split, with
 # valid_seen for validation; generated: the carried generated games, 88-98% of whose episodes the 0.5B warm start wins),
 # DRY (set: print each job's GPU and command instead of starting it), AFTER (a job's NAME: the job started
@@ -176,6 +177,14 @@ evaluation() {  # FILE CKPT: the command that evaluates CKPT on $SPLIT (valid_se
         vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} progress=false > /dev/null"
 }
 
+last_checkpoint() {  # RUN_DIR: the name of its last global_step_N (by N) whose actor/ holds the trainer state
+    local d last=""
+    for d in $(ls -d "$1"/global_step_* 2>/dev/null | sort -V); do
+        [ -f "$d/actor/trainer_state.pt" ] && last=$(basename "$d")
+    done
+    echo "$last"
+}
+
 case "$1" in
 zeroshot)
     shift
@@ -240,16 +249,16 @@ poll)
         grep -v "Loading weights\|Writing model shards" "$log" | tail -4 | cut -c1-400
     done
     for f in $RUNS_DIR/*/metrics.jsonl; do [ -e "$f" ] && echo "$f: $(wc -l < "$f") steps"; done
-    cp -r $JOBS/out/* "$OUT/" 2>/dev/null || true
-    set -- "${@:3}"  # the RUNs after SECONDS: only their weights (a call brings back 64 MB, about one run's)
-    for r in $RUNS_DIR/*/; do  # training runs: the folder without weights, the last checkpoint's adapter and state
-        r=${r%/} name=$(basename "$r")
+    set -- "${@:3}"  # the RUNs after SECONDS: only their folders and weights (a call brings back 8 files, 64 MB)
+    [ $# -gt 0 ] || cp -r $JOBS/out/* "$OUT/" 2>/dev/null || true
+    for r in $RUNS_DIR/*/; do  # training runs: the folder without weights, and for a RUN named, the adapter and
+        r=${r%/} name=$(basename "$r")  # state of its last checkpoint that has them (a later one may be half written)
         [ -f "$r/run.json" ] && [ -f "$r/metrics.jsonl" ] || continue
-        last=$(ls -d "$r"/global_step_* 2>/dev/null | sort -t_ -k3 -n | tail -1)
-        (cd $RUNS_DIR && tar czf "$OUT/$name.tgz" --exclude=actor "$name")
         [ $# -eq 0 ] || [[ " $* " == *" $name "* ]] || continue
-        [ -n "$last" ] && [ -d "$last/actor" ] && (cd $RUNS_DIR && tar czf - "$name/$(basename "$last")/actor" \
-            | split -b 15M - "$OUT/$name.actor.tgz.")
+        (cd $RUNS_DIR && tar czf "$OUT/$name.tgz" --exclude=actor "$name")
+        [ $# -gt 0 ] || continue
+        last=$(last_checkpoint "$r")
+        [ -n "$last" ] && (cd $RUNS_DIR && tar czf - "$name/$last/actor" | split -b 15M - "$OUT/$name.actor.tgz.")
     done
     ls -la "$OUT"
     { pgrep -fa "training\.(evaluate|train|sft)" || echo "nothing running"; } | cut -c1-150

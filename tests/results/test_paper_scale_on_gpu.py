@@ -149,28 +149,44 @@ def test_unknown_training_games_are_refused_before_a_job_starts(tmp_path):
     assert not (tmp_path / "jobs").exists()
 
 
-def test_poll_packs_every_run_and_the_weights_of_the_runs_named(tmp_path):
-    """poll SECONDS RUN...: each run folder without weights, and the last checkpoint's weights of the named runs
-    only (a call brings back 64 MB, about one 0.5B run's adapter and optimizer state)."""
-    runs, out = tmp_path / "runs", tmp_path / "out"
+def _poll(tmp_path, *runs_named):
+    """A run folder per name with checkpoints 2, 8, 10 and 12 (12 without its weights, as while it is written), an
+    evaluation's output, and what ``poll 1 RUN...`` brings back."""
+    runs, out, jobs = tmp_path / "runs", tmp_path / "out", tmp_path / "jobs"
     out.mkdir()
+    (jobs / "out").mkdir(parents=True)
+    (jobs / "out" / "eval_x.json").write_text("{}")
     for name in ("ocsd_a", "grpo_a"):
-        for step in (2, 4):
-            actor = runs / name / f"global_step_{step}" / "actor"
-            actor.mkdir(parents=True)
-            (actor / "trainer_state.pt").write_bytes(f"{name}{step}".encode())
+        for step in (2, 8, 10, 12):
+            (runs / name / f"global_step_{step}" / "replay").mkdir(parents=True)
+            if step < 12:
+                actor = runs / name / f"global_step_{step}" / "actor"
+                actor.mkdir()
+                (actor / "trainer_state.pt").write_bytes(f"{name}{step}".encode())
         (runs / name / "run.json").write_text("{}")
         (runs / name / "metrics.jsonl").write_text("{}\n")
-    env = {"PATH": "/usr/bin:/bin", "GPUS": "1", "JOBS": str(tmp_path / "jobs"), "OUT": str(out),
-           "RUNS_DIR": str(runs)}
-    done = subprocess.run(["bash", str(SCRIPT), "poll", "1", "grpo_a"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=60)
+    env = {"PATH": "/usr/bin:/bin", "GPUS": "1", "JOBS": str(jobs), "OUT": str(out), "RUNS_DIR": str(runs)}
+    done = subprocess.run(["bash", str(SCRIPT), "poll", "1", *runs_named], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["grpo_a.actor.tgz.aa", "grpo_a.tgz", "ocsd_a.tgz"]
-    with tarfile.open(out / "grpo_a.actor.tgz.aa") as packed:
-        assert packed.getnames()[-1] == "grpo_a/global_step_4/actor/trainer_state.pt"
+    return out
+
+
+def test_poll_without_runs_brings_outputs_and_every_run_folder_without_weights(tmp_path):
+    out = _poll(tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == ["eval_x.json", "grpo_a.tgz", "ocsd_a.tgz"]
     with tarfile.open(out / "ocsd_a.tgz") as packed:
-        assert not [n for n in packed.getnames() if "/actor" in n]
+        names = packed.getnames()
+    assert "ocsd_a/global_step_12/replay" in names and not [n for n in names if "/actor" in n]
+
+
+def test_poll_with_a_run_brings_only_its_folder_and_its_last_weights_in_step_order(tmp_path):
+    """poll SECONDS RUN: the run's folder and the weights of its last checkpoint that has them, by step number
+    (as text, global_step_8 sorts last), nothing else: a call brings back 8 files."""
+    out = _poll(tmp_path, "grpo_a")
+    assert sorted(p.name for p in out.iterdir()) == ["grpo_a.actor.tgz.aa", "grpo_a.tgz"]
+    with tarfile.open(out / "grpo_a.actor.tgz.aa") as packed:
+        assert packed.getnames()[-1] == "grpo_a/global_step_10/actor/trainer_state.pt"
 
 
 def test_the_ladder_job_scores_a_run_with_its_stored_scores_and_each_model_named():
