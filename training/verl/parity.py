@@ -371,7 +371,8 @@ def verl_update(model, spec: MethodSpec, rows, settings, *, max_token_len: int) 
     if spec.aux_loss is not None:
         fields[TEACHER_FIELD] = nested(rows.teacher_logp[i, : lengths[i]] for i in range(n))
     fields["loss_mask"] = fields["response_mask"]
-    data = TensorDict(fields, batch_size=n)
+    # on the model's device, as verl's engine hands the loss its batch
+    data = TensorDict(fields, batch_size=n).to(next(model.parameters()).device)
     tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=int(max_token_len), dp_size=1,
                          batch_num_tokens=int(sum(lengths)), global_batch_size=n)
     groups, _ = prepare_micro_batches(data, dp_group=None)
