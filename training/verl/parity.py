@@ -347,6 +347,7 @@ def verl_update(model, spec: MethodSpec, rows, settings, *, max_token_len: int) 
     from verl.workers.utils.losses import ppo_loss
 
     from ocsd.replay.scoring import response_logprobs
+    from ocsd.replay.scoring.checks import model_device
     from training.verl.losses import TEACHER_FIELD, DistillationSettings, actor_loss_fn
 
     config = verl_actor_config(settings)
@@ -372,7 +373,7 @@ def verl_update(model, spec: MethodSpec, rows, settings, *, max_token_len: int) 
         fields[TEACHER_FIELD] = nested(rows.teacher_logp[i, : lengths[i]] for i in range(n))
     fields["loss_mask"] = fields["response_mask"]
     # on the model's device, as verl's engine hands the loss its batch
-    data = TensorDict(fields, batch_size=n).to(next(model.parameters()).device)
+    data = TensorDict(fields, batch_size=n).to(model_device(model))
     tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=int(max_token_len), dp_size=1,
                          batch_num_tokens=int(sum(lengths)), global_batch_size=n)
     groups, _ = prepare_micro_batches(data, dp_group=None)
