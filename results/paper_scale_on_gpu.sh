@@ -177,7 +177,8 @@ evaluation() {  # FILE CKPT: the command that evaluates CKPT on $SPLIT (valid_se
         vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} progress=false > /dev/null"
 }
 
-last_checkpoint() {  # RUN_DIR: the name of its last global_step_N (by N) whose actor/ holds the trainer state
+last_checkpoint() {  # RUN_DIR: the name of its last global_step_N (by N) whose actor/ holds the trainer state, the
+    # checkpoint training.trainer.resume_point resumes from (its STATE_FILE; the shell has no torch to import it)
     local d last=""
     for d in $(ls -d "$1"/global_step_* 2>/dev/null | sort -V); do
         [ -f "$d/actor/trainer_state.pt" ] && last=$(basename "$d")
