@@ -50,14 +50,22 @@ FP32_ACTOR = tuple(f"+actor_rollout_ref.{role}.fsdp_config.mixed_precision={{par
 that ``training.verl.parity --dtype float32`` compares the same precision on both sides."""
 
 
+def run_settings(args) -> dict[str, object]:
+    """The training settings of every verl-against-single-device benchmark (``TrainConfig`` keys), from the options
+    :func:`add_run_options` adds: both backends of a comparison run exactly these."""
+    return {"method": "ocsd", "data": "generated", "games_dir": str(Path(args.games).resolve()),
+            "n_train_games": args.train_games, "n_val_games": 2, "batch_size": args.batch, "group_size": args.group,
+            "max_steps": args.max_steps, "history_length": 2, "max_response_length": args.response,
+            "temperature": 1.0, "total_steps": args.steps, "test_freq": 0, "seed": args.seed, "lora_rank": 0,
+            "lr": 1e-6, "kl_coef": 0.01, "rho": 0.2, "beta": 0.5, "progress": False,
+            "micro_batch_tokens": args.micro_batch_tokens, "scoring_token_budget": args.scoring_tokens}
+
+
 def shared_settings(args) -> dict[str, object]:
-    """The OCSD settings both backends run with (``TrainConfig`` keys)."""
-    return {"method": "ocsd", "model": "smollm2", "warm_start": str(ROOT / "training/warm_starts/smollm2-alfworld"),
-            "data": "generated", "games_dir": str(Path(args.games).resolve()), "n_train_games": args.train_games,
-            "n_val_games": 2, "batch_size": args.batch, "group_size": args.group, "max_steps": args.max_steps,
-            "history_length": 2, "max_response_length": args.response, "temperature": 1.0,
-            "total_steps": args.steps, "save_freq": 1, "test_freq": 0, "seed": args.seed, "lora_rank": 0,
-            "lr": 1e-6, "kl_coef": 0.01, "rho": 0.2, "beta": 0.5, "progress": False}
+    """The OCSD settings both backends run with (``TrainConfig`` keys): :func:`run_settings` with the SmolLM2
+    warm start and a checkpoint at every step (their batches are what ``training.verl.parity`` compares)."""
+    return {**run_settings(args), "model": "smollm2",
+            "warm_start": str(ROOT / "training/warm_starts/smollm2-alfworld"), "save_freq": 1}
 
 
 def command(backend: str, args, run_dir: Path) -> list[str]:
@@ -140,6 +148,15 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-memory", type=float, default=0.3, help="share of GPU memory of the vLLM engine")
     p.add_argument("--verl-arg", action="append", default=[], metavar="OVERRIDE",
                    help="a Hydra override added to every verl command (repeatable)")
+    # verl's old-log-prob pass (use_remove_padding false: training/verl/config/ocsd_trainer.yaml) computes the
+    # entropy in float32 over the padded micro-batch, rows x its longest row: a budget of 65,536 real tokens (the
+    # paper configs') became 115k positions on ALFWorld steps, 21 GiB a tensor with SmolLM2's 49k-token vocabulary,
+    # and ran out of memory on an H200 shared with two training runs
+    p.add_argument("--micro-batch-tokens", type=int, default=8192,
+                   help="tokens per update micro-batch of both backends (TrainConfig.micro_batch_tokens)")
+    p.add_argument("--scoring-tokens", type=int, default=16384,
+                   help="tokens per forward-only batch of both backends: old and reference log-probs, replay "
+                        "scoring (TrainConfig.scoring_token_budget)")
 
 
 def build_parser() -> argparse.ArgumentParser:

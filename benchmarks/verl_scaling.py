@@ -42,7 +42,7 @@ from typing import Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.verl_backend import add_run_options  # noqa: E402
+from benchmarks.verl_backend import add_run_options, run_settings  # noqa: E402
 from ocsd.cli import InputError, entry_point  # noqa: E402
 
 PHASES = ("time/rollout", "time/old_logprob", "time/ref_logprob", "time/replay_scoring", "time/update")
@@ -80,12 +80,9 @@ def configurations(gpus: Sequence[int], single: bool = True) -> list[Configurati
 
 
 def shared_settings(args) -> dict[str, object]:
-    """The training settings every configuration runs with (``TrainConfig`` keys)."""
-    return {"method": "ocsd", "model": args.model, "data": "generated", "games_dir": str(Path(args.games).resolve()),
-            "n_train_games": args.train_games, "n_val_games": 2, "batch_size": args.batch, "group_size": args.group,
-            "max_steps": args.max_steps, "history_length": 2, "max_response_length": args.response,
-            "temperature": 1.0, "total_steps": args.steps, "save_freq": 1000, "test_freq": 0, "seed": args.seed,
-            "lora_rank": 0, "lr": 1e-6, "kl_coef": 0.01, "rho": 0.2, "beta": 0.5, "progress": False}
+    """The training settings every configuration runs with (``TrainConfig`` keys): the benchmarks' shared
+    :func:`~benchmarks.verl_backend.run_settings` with ``--model`` from its base weights, without checkpoints."""
+    return {**run_settings(args), "model": args.model, "save_freq": 1000}
 
 
 def command(config: Configuration, args, run_dir: Path) -> list[str]:

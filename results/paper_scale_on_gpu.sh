@@ -69,9 +69,11 @@
 # NAME), SFT_SAVE_FREQ (100) optimizer steps between warm-start checkpoints (each holds merged weights: 3 GB for the
 # 1.5B), CACHE (/tmp/ocsd_cache), GPU (the next one round the machine; all: every one) the GPU of a job started now,
 # WORKERS (12) environment processes per job, VLLM_MEM (0.35) the share of GPU memory each vLLM engine takes, GPUS
-# (all of the machine's), MICRO (8192) update micro-batch tokens and SCORING_TOKENS (16384) replay-scoring batch
-# tokens (a 152k-token vocabulary makes the logits of 32k tokens 20 GB), JOBS (/tmp/ps_jobs) the jobs' logs and exit
-# statuses, RUNS_DIR (/tmp/runs) the training runs that poll packs.
+# (all of the machine's), MICRO (8192) update micro-batch tokens and SCORING_TOKENS (16384) forward-only batch
+# tokens (log-probs, replay scoring) of runs, steps, verl_check and scaling (a 152k-token vocabulary makes the logits
+# of 32k tokens 20 GB; verl's old-log-prob pass pads its micro-batches and takes the entropy in float32, and at the
+# paper configs' 65,536 ran out of memory on a shared H200), JOBS (/tmp/ps_jobs) the jobs' logs and exit statuses,
+# RUNS_DIR (/tmp/runs) the training runs that poll packs.
 set -e
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
@@ -177,6 +179,10 @@ evaluation() {  # FILE CKPT: the command that evaluates CKPT on $SPLIT (valid_se
         vllm_gpu_memory_utilization=${VLLM_MEM:-0.35} progress=false > /dev/null"
 }
 
+token_budgets() {  # the verl benchmarks' options for MICRO and SCORING_TOKENS, the budgets training runs take
+    echo "--micro-batch-tokens ${MICRO:-8192} --scoring-tokens ${SCORING_TOKENS:-16384}"
+}
+
 last_checkpoint() {  # RUN_DIR: the name of its last global_step_N (by N) whose actor/ holds the trainer state, the
     # checkpoint training.trainer.resume_point resumes from (its STATE_FILE; the shell has no torch to import it)
     local d last=""
@@ -229,12 +235,13 @@ ladder)
 scaling)
     shift
     GPU=all start verl_scaling "VERL_USE_EXTERNAL_MODULES=training.verl.plugin python3 benchmarks/verl_scaling.py \
-        --games $ASSETS/games --steps ${STEPS:-4} --gpu-memory ${VLLM_MEM:-0.35} --out $JOBS/out/verl_scaling $* && \
+        --games $ASSETS/games --steps ${STEPS:-4} --gpu-memory ${VLLM_MEM:-0.35} $(token_budgets) \
+        --out $JOBS/out/verl_scaling $* && \
         python3 -m figures.verl_scaling $JOBS/out/verl_scaling --out $JOBS/out/verl_scaling" ;;
 verl_check)
     start verl_check "export VERL_USE_EXTERNAL_MODULES=training.verl.plugin; B=$RUNS_DIR/verl_check; \
         python3 benchmarks/verl_backend.py --games $ASSETS/games --steps ${STEPS:-2} --gpu-memory ${VLLM_MEM:-0.35} \
-        --backends verl --gpus 1 --out \$B && \
+        $(token_budgets) --backends verl --gpus 1 --out \$B && \
         python3 -m training.verl.parity \$B/verl --step 1 --device cuda --dtype float32 --json \
         > $JOBS/out/verl_parity.json && python3 -m ocsd.records validate \$B/verl && \
         python3 -m diagnostics.report --run \$B/verl --out \$B/verl/report && \

@@ -72,7 +72,8 @@ def test_both_commands_carry_the_same_settings(bench, tmp_path, alfworld_games, 
 
     pytest.importorskip("verl")
     args = bench.build_parser().parse_args(["--games", str(alfworld_games), "--model", str(policy_dir),
-                                            "--train-games", "2", "--verl-arg", "trainer.logger=[console]"])
+                                            "--train-games", "2", "--verl-arg", "trainer.logger=[console]",
+                                            "--micro-batch-tokens", "4096", "--scoring-tokens", "12288"])
     verl = bench.command(bench.Configuration("verl", 4), args, tmp_path / "verl")
     assert verl[1:3] == ["-m", "training.verl.main"]
     out = verl_dry_run(*verl[3:], cwd=tmp_path)
@@ -83,6 +84,10 @@ def test_both_commands_carry_the_same_settings(bench, tmp_path, alfworld_games, 
     assert config["trainer"]["n_gpus_per_node"] == 4 and config["trainer"]["save_freq"] == 1000
     assert config["actor_rollout_ref"]["model"]["path"] == str(policy_dir)
     assert config["actor_rollout_ref"]["rollout"]["gpu_memory_utilization"] == 0.3
+    # the token budgets reach the keys verl's workers read (verl/workers/engine_workers.py:619-627, 551-552)
+    roles = config["actor_rollout_ref"]
+    assert roles["actor"]["ppo_max_token_len_per_gpu"] == 4096
+    assert roles["rollout"]["log_prob_max_token_len_per_gpu"] == roles["ref"]["log_prob_max_token_len_per_gpu"] == 12288
 
     single = bench.command(bench.Configuration("single", 1), args, tmp_path / "single")
     assert single[1:3] == ["-m", "training.train"]
@@ -92,6 +97,7 @@ def test_both_commands_carry_the_same_settings(bench, tmp_path, alfworld_games, 
     assert (cfg.batch_size, cfg.group_size, cfg.max_steps, cfg.max_response_length) == (16, 8, 12, 64)
     assert (cfg.model, cfg.total_steps, cfg.save_weights) == (str(policy_dir), 4, False)
     assert (cfg.lr, cfg.kl_coef, cfg.lora_rank) == (ocsd["lr"], ocsd["kl_coef"], ocsd["lora_rank"])
+    assert (cfg.micro_batch_tokens, cfg.scoring_token_budget) == (4096, 12288)
 
 
 def test_without_enough_gpus_nothing_runs(bench, tmp_path, capsys):

@@ -112,10 +112,11 @@ def test_the_scaling_benchmark_sees_every_gpu():
     assert done.stdout.startswith("GPU all: VERL_USE_EXTERNAL_MODULES=training.verl.plugin python3 "
                                   "benchmarks/verl_scaling.py ")
     assert "--steps 3" in done.stdout and "--gpus 1,2" in done.stdout and "figures.verl_scaling" in done.stdout
+    assert "--micro-batch-tokens 8192 --scoring-tokens 16384" in done.stdout  # the training runs' budgets
 
 
 def test_the_verl_check_runs_verl_then_its_parity_validation_and_report_on_one_gpu():
-    env = {"PATH": "/usr/bin:/bin", "DRY": "1", "GPUS": "4", "GPU": "2"}
+    env = {"PATH": "/usr/bin:/bin", "DRY": "1", "GPUS": "4", "GPU": "2", "MICRO": "4096"}
     done = subprocess.run(["bash", str(SCRIPT), "verl_check"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
@@ -124,6 +125,7 @@ def test_the_verl_check_runs_verl_then_its_parity_validation_and_report_on_one_g
     order = [out.index(part) for part in ("benchmarks/verl_backend.py", "training.verl.parity",
                                           "ocsd.records validate", "diagnostics.report", "verl_check.tgz")]
     assert order == sorted(order) and "--backends verl --gpus 1" in out and "--dtype float32" in out
+    assert "--micro-batch-tokens 4096 --scoring-tokens 16384" in out
 
 
 @pytest.mark.parametrize("games, expected", [
