@@ -16,7 +16,7 @@ from ocsd.cli import non_negative_int
 if TYPE_CHECKING:
     from diagnostics.load import DiagData
 
-__all__ = ["command_parser", "add_selection_options", "add_bootstrap_options", "load_args"]
+__all__ = ["command_parser", "add_selection_options", "add_bootstrap_options", "load_args", "show_progress"]
 
 
 def add_selection_options(parser) -> None:
@@ -35,7 +35,8 @@ def add_bootstrap_options(parser: argparse.ArgumentParser, *, seed_help: str = "
     boot.add_argument("--seed", type=non_negative_int("--seed"), default=0, help=seed_help)
 
 
-def command_parser(prog: str, description: str, *, bootstrap: bool = True) -> argparse.ArgumentParser:
+def command_parser(prog: str, description: str, *, bootstrap: bool = True,
+                   progress: bool = False) -> argparse.ArgumentParser:
     """Parser with the input, selection, bootstrap (unless ``bootstrap=False``) and ``--json`` options.
 
     Parameters
@@ -45,6 +46,9 @@ def command_parser(prog: str, description: str, *, bootstrap: bool = True) -> ar
     description : str
     bootstrap : bool, default True
         Add ``--n-boot``, ``--ci`` and ``--seed``.
+    progress : bool, default False
+        Add ``--no-progress``, for a command that shows a progress bar (as ``rescoring``'s commands do); read it
+        with :func:`show_progress`.
     """
     parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=description)
     src = parser.add_argument_group("input")
@@ -56,7 +60,15 @@ def command_parser(prog: str, description: str, *, bootstrap: bool = True) -> ar
     if bootstrap:
         add_bootstrap_options(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
+    if progress:
+        parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Whether a command of :func:`command_parser` with ``progress=True`` shows its bar: not with ``--no-progress``
+    or ``--json``."""
+    return not (args.no_progress or args.json)
 
 
 def load_args(args: argparse.Namespace, *, properties=None) -> DiagData:

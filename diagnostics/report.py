@@ -23,7 +23,7 @@ import pandas as pd
 
 from diagnostics import auroc, dratio, robustness, tails
 from diagnostics.load import DiagData
-from diagnostics.options import command_parser, load_args
+from diagnostics.options import command_parser, load_args, show_progress
 from ocsd.cli import output_folder
 from diagnostics.wordtable import word_table
 from ocsd.cli import emit, entry_point, fmt, positive_int, write_json
@@ -131,14 +131,14 @@ def build_report(data: DiagData, out_dir, *, n_boot: int = 1000, ci: float = 0.9
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = command_parser("diagnostics.report", __doc__.split("\n")[0])
+    parser = command_parser("diagnostics.report", __doc__.split("\n")[0], progress=True)
     parser.add_argument("--out", type=output_folder, default="diagnostics_out",
                         help="output folder (default diagnostics_out)")
     parser.add_argument("--top", type=positive_int("--top"), default=30, help="top words per tail (30)")
     args = parser.parse_args(argv)
     data = load_args(args)
     result = build_report(data, args.out, n_boot=args.n_boot, ci=args.ci, seed=args.seed, top=args.top,
-                          source=", ".join(args.run or args.ckpt))
+                          progress=show_progress(args), source=", ".join(args.run or args.ckpt))
     table = "\n\n".join([auroc.table(result["auroc"], args.ci), robustness.table(result["robustness"], args.ci),
                          dratio.table(result["dratio"], args.ci), tails.table(result["tails"]),
                          f"wrote {result['files']['report']}\n"

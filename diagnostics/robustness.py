@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 from diagnostics.bootstrap import (BootstrapResult, bootstrap_result, as_generator, iter_cluster_counts,
                                    paired_delta_auroc)
 from diagnostics.load import STAGES, DiagData
-from diagnostics.options import command_parser, load_args
+from diagnostics.options import command_parser, load_args, show_progress
 from diagnostics.stats import DegenerateInputWarning, grouped_auroc
 from ocsd.cli import emit, entry_point, format_table, positive_int
 
@@ -266,13 +266,13 @@ def table(result: dict, ci: float = 0.95) -> str:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = command_parser("diagnostics.robustness", __doc__.split("\n")[0])
+    parser = command_parser("diagnostics.robustness", __doc__.split("\n")[0], progress=True)
     parser.add_argument("--max-per-class", type=positive_int("--max-per-class"), default=50,
                         help="matched: cap per class and stratum, >= 1 (50)")
     args = parser.parse_args(argv)
     data = load_args(args)
     result = robustness(data, n_boot=args.n_boot, ci=args.ci, seed=args.seed, max_per_class=args.max_per_class,
-                        progress=True)
+                        progress=show_progress(args))
     emit(args.json, result, table(result, args.ci))
     return 0
 

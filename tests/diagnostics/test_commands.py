@@ -112,6 +112,16 @@ def test_report_command_writes_data_and_links_the_pictures(synth_run, tmp_path, 
     assert set(json.loads((tmp_path / "report.json").read_text())["tails"]["clouds"]) <= set(tails.TAILS)
 
 
+@pytest.mark.parametrize("command", [report, robustness])
+def test_the_matched_bootstrap_bar_shows_unless_no_progress(command, synth_run, tmp_path, capsys):
+    args = ["--run", str(synth_run), "--n-boot", "30"] + (["--out", str(tmp_path)] if command is report else [])
+    assert command.main(args) == 0
+    assert "matched bootstrap" in capsys.readouterr().err
+    assert command.main([*args, "--no-progress"]) == 0
+    quiet = capsys.readouterr()
+    assert "matched bootstrap" not in quiet.err and "Delta AUROC" in quiet.out
+
+
 def test_bad_input_exit_2_without_traceback(tmp_path):
     env_cmd = [sys.executable, "-m", "diagnostics.auroc", "--json", "--n-boot", "10"]
     proc = subprocess.run([*env_cmd, "--run", str(tmp_path / "missing")], cwd=ROOT, capture_output=True, text=True)
