@@ -198,7 +198,7 @@ def _auroc_pair(y: np.ndarray, realized: np.ndarray, swapped: np.ndarray, cluste
             for name, r in zip(("realized", "swapped"), res)}
 
 
-def _counts(frame: pd.DataFrame) -> dict:
+def category_counts(frame: pd.DataFrame) -> dict:
     return {"n_steps": int(len(frame)), **{f"n_{c}": int((frame["category"] == c).sum()) for c in CATEGORIES}}
 
 
@@ -330,12 +330,12 @@ def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, d
         short += ck_short
         unrendered += [f"{ckpt.name}: {reason}" for reason in ck_skipped]
         per_ckpt.append({"global_step": ckpt.global_step, "checkpoint": ckpt.name, "weights": ckpt.weights,
-                         **_counts(frame), "n_insufficient_donors": len(ck_short),
+                         **category_counts(frame), "n_insufficient_donors": len(ck_short),
                          **swap_auroc(frame, higher=higher, n_boot=n_boot, ci=ci, seed=seed),
                          "rescored_max_abs_diff": gap})
     steps = pd.concat(frames, ignore_index=True)
     result = {**swap_auroc(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed),
-              "drop": swap_drop(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed), **_counts(steps),
+              "drop": swap_drop(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed), **category_counts(steps),
               "n_trajectories": int(steps.groupby(["checkpoint", "traj_uid"]).ngroups),
               "n_insufficient_donors": len(short), "n_boot": n_boot, "ci": ci, "donors": donors,
               "per_category": per_category, "donor_text": "any" if same_text else "differ", "seed": seed,
