@@ -53,6 +53,7 @@ import pandas as pd
 from diagnostics import tails
 from diagnostics.bootstrap import paired_delta_auroc
 from diagnostics.load import DiagnosticsError, from_replay
+from diagnostics.options import show_progress
 from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, check_out, check_weights_flags,
                                check_scorer_tokenizer, checkpoint_rescorers, parse_steps, rescoring_entry_point,
                                rescoring_parser, run_checkpoints, run_label)
@@ -415,7 +416,7 @@ def _main(argv: Sequence[str] | None) -> int:
                          swap=not args.no_swap, same_text=args.donor_text == "any", model=args.model,
                          device=args.device, dtype=args.dtype,
                          n_boot=args.n_boot, ci=args.ci, seed=args.seed, top=args.top,
-                         progress=not args.no_progress and not args.json)
+                         progress=show_progress(args))
     emit(args.json, result, table(result) + f"\n\nwrote {result['files']['report']}\n"
                                             f"pictures: python -m figures.panels {Path(out) / 'audit.json'}")
     return 0

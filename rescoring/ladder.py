@@ -39,7 +39,7 @@ import pandas as pd
 
 from diagnostics import auroc, dratio, robustness, strata, tails
 from diagnostics.load import DiagnosticsError, load
-from diagnostics.options import add_bootstrap_options
+from diagnostics.options import add_bootstrap_options, show_progress
 from diagnostics.stats import DegenerateInputWarning
 from ocsd.cli import emit, fmt, format_table, output_folder, positive_int, write_json
 from ocsd.records import checkpoint_dirs, read_run_info
@@ -243,7 +243,7 @@ def _main(argv: Sequence[str] | None) -> int:
     check_bootstrap(args)
     result = ladder(args.run, args.model, args.out, ckpt_steps=parse_steps(args.ckpt_steps), device=args.device,
                     dtype=args.dtype, swap=not args.no_swap, donors=args.donors, per_category=args.per_category,
-                    n_boot=args.n_boot, ci=args.ci, seed=args.seed, progress=not args.no_progress and not args.json)
+                    n_boot=args.n_boot, ci=args.ci, seed=args.seed, progress=show_progress(args))
     emit(args.json, result, table(result) + f"\n\nwrote {Path(args.out) / 'ladder.json'}\n"
                                             f"figure: python -m figures.ladder {Path(args.out) / 'ladder.json'}")
     return 0

@@ -43,6 +43,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from diagnostics.load import DiagnosticsError
+from diagnostics.options import show_progress
 from ocsd.cli import Once, emit, format_table, output_folder, positive_int, same_place, write_json
 from ocsd.records import RecordError, read_run_info, write_replay
 from ocsd.replay.stored import stored_records
@@ -269,7 +270,7 @@ def _main(argv: Sequence[str] | None) -> int:
     check_weights_flags(args)
     result = rescore_run(args.run, args.model, args.out, ckpt_steps=parse_steps(args.ckpt_steps),
                          device=args.device, dtype=args.dtype, source_tokenizer=args.source_tokenizer,
-                         max_steps=args.max_steps, progress=not args.no_progress and not args.json)
+                         max_steps=args.max_steps, progress=show_progress(args))
     rows = [[c["global_step"], c["scored"], c["skipped"]] for c in result["checkpoints"]]
     table = format_table(["global step", "scored", "skipped"], rows,
                          title=f"{result['run']} scored by {result['model']} "

@@ -45,6 +45,7 @@ import pandas as pd
 
 from diagnostics.bootstrap import bootstrap_auroc, paired_delta_auroc
 from diagnostics.load import DiagnosticsError
+from diagnostics.options import show_progress
 from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, check_out, check_weights_flags,
                                check_scorer_tokenizer, checkpoint_rescorers, parse_steps, rescoring_entry_point,
                                rescoring_parser, run_checkpoints, run_label, stored_residual_gap, swapped_record)
@@ -387,7 +388,7 @@ def _main(argv: Sequence[str] | None) -> int:
                                   per_category=args.per_category, model=args.model, device=args.device,
                                   dtype=args.dtype, higher=args.higher, same_text=args.donor_text == "any",
                                   n_boot=args.n_boot, ci=args.ci,
-                                  seed=args.seed, progress=not args.no_progress and not args.json)
+                                  seed=args.seed, progress=show_progress(args))
     files = write_outputs(result, steps, out)
     if result["insufficient_donors"]:
         print(f"warning: {len(result['insufficient_donors'])} evaluation step(s) had fewer than {args.donors} donor "
