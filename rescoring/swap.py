@@ -55,8 +55,8 @@ from ocsd.records import PROGRESS_LABELS
 from ocsd.replay.stored import stored_records
 from ocsd.replay.views import ReplayView, StepRecord, get_view
 
-__all__ = ["SwapPlan", "SwapScores", "assign_donors", "main", "select_targets", "swap_analysis", "swap_plan",
-           "swap_scores"]
+__all__ = ["ORIENTATION", "SwapPlan", "SwapScores", "assign_donors", "main", "orientation_class", "pooled_statistics",
+           "select_targets", "swap_analysis", "swap_plan", "swap_scores"]
 
 CATEGORIES = PROGRESS_LABELS  # progress, no_progress, invalid
 
@@ -199,7 +199,7 @@ def _auroc_pair(y: np.ndarray, realized: np.ndarray, swapped: np.ndarray, cluste
             for name, r in zip(("realized", "swapped"), res)}
 
 
-def category_counts(frame: pd.DataFrame) -> dict:
+def _counts(frame: pd.DataFrame) -> dict:
     return {"n_steps": int(len(frame)), **{f"n_{c}": int((frame["category"] == c).sum()) for c in CATEGORIES}}
 
 
@@ -301,6 +301,34 @@ def _binary(steps: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     return binary, (binary["category"] == "progress").to_numpy(), clusters
 
 
+ORIENTATION = "higher mean |e| predicts {}"
+"""``swap.json``'s ``orientation``, formatted with ``higher`` (``progress`` or ``invalid``)."""
+
+
+def orientation_class(orientation: str) -> str:
+    """The ``higher`` class a ``swap.json`` ``orientation`` names (the inverse of :data:`ORIENTATION`).
+
+    Raises
+    ------
+    DiagnosticsError
+        When ``orientation`` is not :data:`ORIENTATION` of ``progress`` or ``invalid``.
+    """
+    for higher in ("progress", "invalid"):
+        if orientation == ORIENTATION.format(higher):
+            return higher
+    raise DiagnosticsError(f"orientation {orientation!r} is not {ORIENTATION.format('progress')!r} or "
+                           f"{ORIENTATION.format('invalid')!r}")
+
+
+def pooled_statistics(steps: pd.DataFrame, *, higher: str = "progress", n_boot: int = 1000, ci: float = 0.95,
+                      seed: int = 0) -> dict:
+    """The realized and swapped AUROCs, their paired ``drop``, the category counts and ``n_trajectories`` of all
+    ``steps`` together (trajectories are ``checkpoint`` and ``traj_uid``): the pooled keys of ``swap.json``."""
+    return {**swap_auroc(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed),
+            "drop": swap_drop(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed), **_counts(steps),
+            "n_trajectories": int(steps.groupby(["checkpoint", "traj_uid"]).ngroups)}
+
+
 def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, donors: int = 5,
                   per_category: int = 40, model: str | None = None, device: str | None = None,
                   dtype: str | None = None, higher: str = "progress", same_text: bool = True, n_boot: int = 1000,
@@ -331,18 +359,16 @@ def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, d
         short += ck_short
         unrendered += [f"{ckpt.name}: {reason}" for reason in ck_skipped]
         per_ckpt.append({"global_step": ckpt.global_step, "checkpoint": ckpt.name, "weights": ckpt.weights,
-                         **category_counts(frame), "n_insufficient_donors": len(ck_short),
+                         **_counts(frame), "n_insufficient_donors": len(ck_short),
                          **swap_auroc(frame, higher=higher, n_boot=n_boot, ci=ci, seed=seed),
                          "rescored_max_abs_diff": gap})
     steps = pd.concat(frames, ignore_index=True)
-    result = {**swap_auroc(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed),
-              "drop": swap_drop(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed), **category_counts(steps),
-              "n_trajectories": int(steps.groupby(["checkpoint", "traj_uid"]).ngroups),
+    result = {**pooled_statistics(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed),
               "n_insufficient_donors": len(short), "n_boot": n_boot, "ci": ci, "donors": donors,
               "per_category": per_category, "donor_text": "any" if same_text else "differ", "seed": seed,
               "run": run_label(run), "model": rescorer.weights, "device": rescorer.device, "dtype": rescorer.dtype,
               "checkpoints": [c.global_step for c in ckpts],
-              "orientation": f"higher mean |e| predicts {higher}", "per_checkpoint": per_ckpt,
+              "orientation": ORIENTATION.format(higher), "per_checkpoint": per_ckpt,
               "insufficient_donors": short, "unrendered": unrendered}
     return result, steps
 

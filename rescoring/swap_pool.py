@@ -27,7 +27,7 @@ from diagnostics.load import DiagnosticsError
 from diagnostics.options import add_bootstrap_options
 from ocsd.cli import emit, entry_point, output_folder
 from rescoring.rescore import check_bootstrap, check_out
-from rescoring.swap import category_counts, swap_auroc, swap_drop, table, write_outputs
+from rescoring.swap import orientation_class, pooled_statistics, table, write_outputs
 
 __all__ = ["PROTOCOL", "main", "pool_swaps", "read_swap"]
 
@@ -88,10 +88,8 @@ def pool_swaps(analyses: Sequence[tuple[dict, pd.DataFrame]], *, n_boot: int = 1
     if repeated:
         raise DiagnosticsError(f"checkpoint {repeated[0]} is in more than one analysis: its steps would count twice")
     steps = pd.concat([s for _, s in analyses], ignore_index=True)
-    higher = first["orientation"].rsplit(" ", 1)[-1]
-    result = {**swap_auroc(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed),
-              "drop": swap_drop(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed), **category_counts(steps),
-              "n_trajectories": int(steps.groupby(["checkpoint", "traj_uid"]).ngroups),
+    higher = orientation_class(first["orientation"])
+    result = {**pooled_statistics(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed),
               "n_insufficient_donors": sum(r.get("n_insufficient_donors", 0) for r, _ in analyses),
               "n_boot": n_boot, "ci": ci, **{k: first[k] for k in PROTOCOL}, "seed": seed,
               "run": f"pooled ({len(analyses)} analyses)", "runs": [r["run"] for r, _ in analyses],

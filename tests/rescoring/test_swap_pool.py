@@ -89,3 +89,12 @@ def test_one_analysis_or_a_checkpoint_twice_is_refused():
 def test_a_folder_without_swap_files_exits_2_naming_it(tmp_path, capsys):
     assert swap_pool.main([str(tmp_path / "nowhere"), str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "nowhere" in capsys.readouterr().err
+
+
+def test_an_orientation_the_swap_command_does_not_write_is_refused():
+    from rescoring.swap import ORIENTATION, orientation_class
+
+    assert [orientation_class(ORIENTATION.format(h)) for h in ("progress", "invalid")] == ["progress", "invalid"]
+    rng = np.random.default_rng(4)
+    with pytest.raises(DiagnosticsError, match="orientation"):
+        swap_pool.pool_swaps([fake_swap(r, rng, orientation="higher |e| is better") for r in "ab"], n_boot=10)
