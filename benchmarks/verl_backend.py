@@ -96,6 +96,29 @@ def run_backend(backend: str, args, out: Path) -> dict:
     return {"returncode": status.returncode, "wall_s": wall, "rows": rows}
 
 
+def failure_cause(log: Path, limit: int = 300) -> str:
+    """The root cause of a failed run from its log: the first line naming an exception (``...Error: why``) after a
+    traceback began (the last such line when no traceback did), cut to ``limit`` characters; ``""`` if none.
+
+    verl's workers fail in Ray actors and vLLM's engine re-raises its worker's error as "initialization failed. See
+    root cause above", so the last lines of the log do not say why; this line does, in the failed run's message,
+    where a caller (``results/paper_scale_on_gpu.sh`` retries vLLM's start-up collisions) can read it.
+    """
+    import re
+
+    exception = re.compile(r"\b[A-Za-z_.]*(?:Error|Exception): .*")
+    last, traced = "", False
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    for line in lines:
+        traced = traced or "Traceback (most recent call last)" in line
+        match = exception.search(line)
+        if match:
+            if traced:
+                return match.group(0)[:limit]
+            last = match.group(0)
+    return last[:limit]
+
+
 def summarise(rows: list[dict]) -> dict:
     """Means over the steps after the first (the first too when there is only one)."""
     use = rows[1:] or rows
@@ -186,8 +209,9 @@ def main(argv=None) -> int:
     for backend in args.backends.split(","):
         got = run_backend(backend, args, out)
         if got["returncode"] != 0 or not got["rows"]:
-            print(f"{backend}: failed (exit {got['returncode']}, {len(got['rows'])} steps); see {out}/{backend}.log",
-                  flush=True)
+            cause = failure_cause(out / f"{backend}.log")
+            print(f"{backend}: failed (exit {got['returncode']}, {len(got['rows'])} steps{': ' + cause if cause else ''}); "
+                  f"see {out}/{backend}.log", flush=True)
             failed.append(backend)
             continue
         got["mean"] = summarise(got["rows"])

@@ -73,7 +73,8 @@
 # tokens (log-probs, replay scoring) of runs, steps, verl_check and scaling (a 152k-token vocabulary makes the logits
 # of 32k tokens 20 GB; verl's old-log-prob pass pads its micro-batches and takes the entropy in float32, and at the
 # paper configs' 65,536 ran out of memory on a shared H200), JOBS (/tmp/ps_jobs) the jobs' logs and exit statuses,
-# RUNS_DIR (/tmp/runs) the training runs that poll packs.
+# RUNS_DIR (/tmp/runs) the training runs that poll packs, START_TRIES (4) and RETRY_DELAY (60): how often and about
+# how many seconds apart a job starts again whose vLLM start-up collided with another job on its GPU.
 set -e
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
@@ -81,6 +82,10 @@ ASSETS=/tmp/ps_assets
 CACHE=${CACHE:-/tmp/ocsd_cache}
 JOBS=${JOBS:-/tmp/ps_jobs}
 RUNS_DIR=${RUNS_DIR:-/tmp/runs}
+# vLLM's start-up measures the GPU's free memory around a profiling pass and fails when another process on the GPU
+# frees or takes memory meanwhile (runs sharing a GPU do at every step, sleeping and waking their engines): on two
+# H200 shared by three runs each, 3 of 7 jobs failed so at their start
+VLLM_COLLISION="Error in memory profiling|No available memory for the cache blocks"
 
 bundle() {
     local dir=${1:?bundle: name the folder} work d
@@ -148,9 +153,15 @@ start() {  # NAME CMD: CMD in the background (setsid) on the next GPU, its outpu
         { echo \"not started: $AFTER ended with status \$(cat $JOBS/$AFTER.rc)\"; exit 3; }; "
     [ -z "$DRY" ] || { echo "GPU $slot${AFTER:+ after $AFTER}: $2"; return; }  # DRY=1: print the job, start nothing
     rm -f $JOBS/$1.rc
-    local gpu_env="CUDA_VISIBLE_DEVICES=$slot"
+    local gpu_env="CUDA_VISIBLE_DEVICES=$slot" tries=${START_TRIES:-4} delay=${RETRY_DELAY:-60}
     [ "$slot" != all ] || gpu_env=""  # GPU=all: the job sees every GPU of the machine
-    env $gpu_env setsid bash -c "( $wait$2 ); echo \$? > $JOBS/$1.rc" > $JOBS/$1.log 2>&1 < /dev/null &
+    # a job whose vLLM start-up collided with another job's memory on its GPU starts again (a run resumes from its
+    # last checkpoint) after DELAY/2 to 3 DELAY/2 seconds, up to TRIES times in all; any other failure is final
+    env $gpu_env setsid bash -c "for try in \$(seq $tries); do ( $wait$2 ) 2>&1 | tee $JOBS/$1.try; \
+        rc=\${PIPESTATUS[0]}; [ \$rc != 0 ] && [ \$try -lt $tries ] && grep -Eq '$VLLM_COLLISION' $JOBS/$1.try || break; \
+        pause=\$(( $delay / 2 + RANDOM % ($delay + 1) )); \
+        echo \"== try \$try of $tries: vLLM's start-up collided with another job on the GPU; again in \$pause s\"; \
+        sleep \$pause; done; echo \$rc > $JOBS/$1.rc" > $JOBS/$1.log 2>&1 < /dev/null &
     echo "started $1 on GPU $slot${AFTER:+ after $AFTER}"
 }
 

@@ -114,3 +114,24 @@ def test_without_enough_gpus_nothing_runs(bench, tmp_path, capsys):
         bench.main(["--games", str(tmp_path), "--gpus", "4,2"])
     assert stop.value.code == 2
     assert "must be increasing counts" in capsys.readouterr().err
+
+
+def test_a_failed_runs_cause_is_the_first_exception_after_a_traceback(bench, tmp_path):
+    """vLLM's engine re-raises its worker's error as "initialization failed, see root cause above": the cause named
+    is the worker's, not the last line's; an exception printed before any traceback is only the fallback."""
+    log = tmp_path / "verl.log"
+    log.write_text(
+        "(TaskRunner pid=1) WARNING: ValueError: a handled one, printed before anything failed\n"
+        "(vLLMHttpServer pid=2) (Worker pid=3) ERROR [multiproc_executor.py] Traceback (most recent call last):\n"
+        "(vLLMHttpServer pid=2) (Worker pid=3) ERROR [multiproc_executor.py]   File \"gpu_worker.py\", line 480\n"
+        "(vLLMHttpServer pid=2) (Worker pid=3) ERROR [multiproc_executor.py] AssertionError: Error in memory "
+        "profiling. Initial free memory 87.57 GiB, current free memory 111.74 GiB.\n"
+        "RuntimeError: Worker failed with error 'Error in memory profiling'\n"
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n")
+    assert bench.failure_cause(log) == ("AssertionError: Error in memory profiling. Initial free memory 87.57 GiB, "
+                                        "current free memory 111.74 GiB.")
+    assert bench.failure_cause(log, limit=14) == "AssertionError"
+    log.write_text("step 1\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 21.00 GiB\n")
+    assert bench.failure_cause(log) == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 21.00 GiB"
+    log.write_text("step 1\nstep 2\n")
+    assert bench.failure_cause(log) == "" and bench.failure_cause(tmp_path / "absent.log") == ""

@@ -202,3 +202,48 @@ def test_the_ladder_job_scores_a_run_with_its_stored_scores_and_each_model_named
     refused = subprocess.run(["bash", str(SCRIPT), *args[:3]], cwd=ROOT, env=env, capture_output=True, text=True,
                              timeout=60)
     assert refused.returncode == 2 and "name at least one scorer MODEL" in refused.stderr
+
+
+def _stand_in_evaluate(tmp_path, outcomes):
+    """A ``training.evaluate`` in ``tmp_path`` (the jobs' working folder) whose Nth start prints and ends as
+    ``outcomes[N]`` says: a message and an exit status. It stands in for vLLM's start-up, which needs a GPU."""
+    pkg = tmp_path / "training"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "evaluate.py").write_text(
+        "import pathlib, sys\n"
+        f"outcomes = {outcomes!r}\n"
+        "count = pathlib.Path('tries.txt')\n"
+        "n = int(count.read_text()) if count.exists() else 0\n"
+        "count.write_text(str(n + 1))\n"
+        "message, status = outcomes[min(n, len(outcomes) - 1)]\n"
+        "print(message, file=sys.stderr)  # as a traceback is\n"
+        "sys.exit(status)\n")
+    return tmp_path / "tries.txt"
+
+
+@pytest.mark.parametrize("outcomes, tries, status", [
+    # vLLM's two start-up collisions are tried again; the job then ends with its own status
+    ([("AssertionError: Error in memory profiling. Initial free memory 112.94 GiB", 1),
+      ("ValueError: No available memory for the cache blocks. Try increasing", 1), ("done", 0)], 3, 0),
+    # any other failure is final
+    ([("torch.OutOfMemoryError: CUDA out of memory", 1), ("done", 0)], 1, 1),
+    # at most START_TRIES (3 here) tries
+    ([("AssertionError: Error in memory profiling.", 1)], 3, 1),
+])
+def test_a_job_whose_vllm_start_up_collided_starts_again(tmp_path, outcomes, tries, status):
+    counter = _stand_in_evaluate(tmp_path, outcomes)
+    env = {"PATH": "/usr/bin:/bin", "GPUS": "1", "JOBS": str(tmp_path / "jobs"), "OUT": str(tmp_path / "out"),
+           "START_TRIES": "3", "RETRY_DELAY": "0"}
+    (tmp_path / "out").mkdir()
+
+    def script(*args):
+        return subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    assert "started eval_x on GPU 0" in script("eval", "x", "/nonexistent/ckpt").stdout
+    polled = script("poll", "100")
+    assert f"== eval_x: {status}" in polled.stdout, polled.stdout
+    assert counter.read_text() == str(tries)
+    log = (tmp_path / "jobs" / "eval_x.log").read_text()
+    assert log.count("vLLM's start-up collided") == tries - 1
