@@ -376,13 +376,44 @@ def replay_meta(cfg: TrainConfig, *, global_step: int, model: str, method: str, 
     return {**meta, **extra}
 
 
+def flat_group_share(advantages: np.ndarray, traj_of_row: np.ndarray, group_uids: Sequence[str],
+                     atol: float = 1e-6) -> float:
+    """The share of groups that GRPO gives no advantage: every row's ``|A| < atol``.
+
+    A group's rows all scoring alike (every episode won, and no invalid step under ``reward_mode=sdar``) makes
+    ``A = (r - mean) / (std + eps)`` zero up to rounding; OCSD, which scales ``A``, then changes nothing either.
+
+    Parameters
+    ----------
+    advantages : numpy.ndarray
+        (rows,) each step sample's GRPO advantage (:attr:`BatchStatistics.advantages`).
+    traj_of_row : numpy.ndarray
+        (rows,) the trajectory of each row, an index into ``group_uids``.
+    group_uids : sequence of str
+        Each trajectory's group.
+    atol : float, default 1e-6
+        The largest ``|A|`` counted as none (rounding leaves about ``1e-15 / eps = 1e-9``).
+
+    Returns
+    -------
+    float
+        Groups without advantage over the groups that have a row (0 when none has).
+    """
+    names, traj_group = np.unique(np.asarray(group_uids, dtype=str), return_inverse=True)
+    group_of_row = traj_group[np.asarray(traj_of_row, dtype=np.int64)]
+    largest = np.full(len(names), -1.0)
+    np.maximum.at(largest, group_of_row, np.abs(np.asarray(advantages, dtype=np.float64)))
+    present = largest >= 0
+    return float((largest[present] < atol).mean()) if present.any() else 0.0
+
+
 def step_metrics(spec: MethodSpec, step: int, trajs: Sequence[Trajectory], stats: BatchStatistics,
                  inputs: TokenInputs, token_adv: torch.Tensor, scores: ReplayScores) -> dict:
     """The ``metrics.jsonl`` row of a training step, but its timings and update metrics.
 
     Success overall and per task type, episode length and step shares (the environment's
     :func:`training.envs.runtime.success_metrics`), the mean return, new tokens, advantages per trajectory, step
-    and token, the selected share and the scored, truncated and skipped steps, and for methods with a signal the
+    and token, the share of groups without advantage (``adv/flat_groups``, :func:`flat_group_share`), the selected share and the scored, truncated and skipped steps, and for methods with a signal the
     mean of the signal the update used (``calib/residual_mean``) and of its bounded ``q``.
     """
     episodes = success_metrics(list(trajs))
@@ -396,6 +427,7 @@ def step_metrics(spec: MethodSpec, step: int, trajs: Sequence[Trajectory], stats
            "adv/traj_mean": float(adv_traj.mean()), "adv/traj_abs_mean": float(np.abs(adv_traj).mean()),
            "adv/step_mean": float(adv_step.mean()), "adv/step_abs_mean": float(np.abs(adv_step).mean()),
            "adv/token_mean": float(token_adv[inputs.mask].mean()),
+           "adv/flat_groups": flat_group_share(stats.advantages, stats.traj_of_row, [t.group_uid for t in trajs]),
            "calib/selected_fraction": float(selected.float().mean()),
            "calib/scored_steps": len(scores.logp), "calib/truncated_steps": scores.truncated,
            "calib/skipped_steps": len(scores.skipped)}

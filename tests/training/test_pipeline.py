@@ -112,3 +112,29 @@ def test_record_tables_write_each_steps_own_reward_and_advantage():
     np.testing.assert_array_equal(steps["reward"].to_numpy(), stats.rewards)
     np.testing.assert_array_equal(steps["advantage"].to_numpy(), stats.advantages)
     assert steps.groupby("traj_uid")["advantage"].nunique().max() > 1  # differs within a trajectory
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_flat_group_share_counts_the_groups_grpo_gives_no_advantage(seed):
+    """Against a loop over the groups, on fresh batches of both reward modes: a group is flat when its rows all
+    scored alike, but a group of one GRPO sample only when it scored 0 (verl gives a lone sample its reward)."""
+    from training.pipeline import flat_group_share
+
+    rng = np.random.default_rng(seed)
+    trajs = _batch(groups=int(rng.integers(1, 7)), group_size=int(rng.integers(1, 5)))
+    for traj in trajs:  # outcomes and well-formed steps that often agree within a group, as late in training
+        traj.won = bool(rng.random() < 0.9)
+        for step in traj.steps:
+            step.well_formed = bool(rng.random() < 0.95)
+    group_uids = [t.group_uid for t in trajs]
+    for mode in ("sdar", "trajectory"):
+        stats = batch_statistics(StubPolicy(reward_mode=mode), trajs, 4, selection="top", rho=0.5, timings={})
+        flat = []
+        for g in sorted(set(group_uids)):
+            rows = [i for i, t in enumerate(stats.traj_of_row) if group_uids[t] == g]
+            samples = len(rows) if mode == "sdar" else len({stats.traj_of_row[i] for i in rows})
+            alike = len({float(stats.rewards[i]) for i in rows}) == 1
+            flat.append(alike and (samples > 1 or float(stats.rewards[rows[0]]) == 0.0))
+            assert flat[-1] == bool(np.all(np.abs(stats.advantages[rows]) < 1e-6))
+        assert flat_group_share(stats.advantages, stats.traj_of_row, group_uids) == pytest.approx(np.mean(flat))
+    assert flat_group_share(np.zeros(0), np.zeros(0, dtype=np.int64), []) == 0.0

@@ -67,6 +67,10 @@ def _check_run(run_dir: Path, cfg):
                 "time/advantage", "time/update", "time/step", "rollout/new_tokens", *ROLLOUT_TIMINGS,
                 "time/rollout_sync"):
         assert all(key in r for r in rows), key
+    for r in rows:  # the share of groups without advantage, as the step's records show them
+        steps = data.steps[data.steps["global_step"] == r["step"]]
+        flat = steps.groupby("group_uid", observed=True)["advantage"].apply(lambda a: bool((a.abs() < 1e-6).all()))
+        assert r["adv/flat_groups"] == pytest.approx(flat.mean())
     for r in rows:  # the parts of the rollout are inside it, and it is mostly them
         parts = sum(r[k] for k in (*ROLLOUT_TIMINGS, "time/rollout_sync"))
         assert 0 < parts <= r["time/rollout"] and r["rollout/new_tokens"] > 0
