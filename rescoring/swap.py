@@ -329,6 +329,15 @@ def pooled_statistics(steps: pd.DataFrame, *, higher: str = "progress", n_boot: 
             "n_trajectories": int(steps.groupby(["checkpoint", "traj_uid"]).ngroups)}
 
 
+OWN_WEIGHTS = "each checkpoint's own actor/"  # swap.json's "model" when no --model replaced them
+
+
+def weights_label(ckpt: Checkpoint, model: str | None) -> str:
+    """What re-scored ``ckpt``, as ``swap.json`` names it: ``model`` when given, else the checkpoint's ``actor/``
+    (not the cache folder an adapter-only ``actor/`` is merged into, which means nothing to a reader)."""
+    return model if model is not None else str(ckpt.folder / "actor")
+
+
 def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, donors: int = 5,
                   per_category: int = 40, model: str | None = None, device: str | None = None,
                   dtype: str | None = None, higher: str = "progress", same_text: bool = True, n_boot: int = 1000,
@@ -358,7 +367,7 @@ def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, d
         frames.append(frame)
         short += ck_short
         unrendered += [f"{ckpt.name}: {reason}" for reason in ck_skipped]
-        per_ckpt.append({"global_step": ckpt.global_step, "checkpoint": ckpt.name, "weights": ckpt.weights,
+        per_ckpt.append({"global_step": ckpt.global_step, "checkpoint": ckpt.name, "weights": weights_label(ckpt, model),
                          **_counts(frame), "n_insufficient_donors": len(ck_short),
                          **swap_auroc(frame, higher=higher, n_boot=n_boot, ci=ci, seed=seed),
                          "rescored_max_abs_diff": gap})
@@ -366,7 +375,8 @@ def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, d
     result = {**pooled_statistics(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed),
               "n_insufficient_donors": len(short), "n_boot": n_boot, "ci": ci, "donors": donors,
               "per_category": per_category, "donor_text": "any" if same_text else "differ", "seed": seed,
-              "run": run_label(run), "model": rescorer.weights, "device": rescorer.device, "dtype": rescorer.dtype,
+              "run": run_label(run), "model": OWN_WEIGHTS if model is None else model, "device": rescorer.device,
+              "dtype": rescorer.dtype,
               "checkpoints": [c.global_step for c in ckpts],
               "orientation": ORIENTATION.format(higher), "per_checkpoint": per_ckpt,
               "insufficient_donors": short, "unrendered": unrendered}

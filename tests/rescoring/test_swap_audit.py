@@ -166,6 +166,10 @@ def test_swap_command_writes_the_result_and_is_deterministic(frozen_run, tmp_pat
         assert set(result[key]) == {"auroc", "ci_low", "ci_high"}
     assert result["n_steps"] == result["n_progress"] + result["n_no_progress"] + result["n_invalid"]
     assert [p["global_step"] for p in result["per_checkpoint"]] == [1, 2]
+    # named by the checkpoints' own actor/ folders, not where a merge may have put them
+    assert result["model"] == swap_mod.OWN_WEIGHTS
+    assert [p["weights"] for p in result["per_checkpoint"]] == [
+        str(Path(frozen_run).resolve() / f"global_step_{n}" / "actor") for n in (1, 2)]
     # weights unchanged by the update: the re-scored residuals are the stored ones
     assert all(p["rescored_max_abs_diff"] < 2e-4 for p in result["per_checkpoint"])
     steps = pd.read_csv(tmp_path / "a" / "swap_steps.csv")
