@@ -56,7 +56,7 @@ from diagnostics.load import DiagnosticsError, from_replay
 from diagnostics.options import show_progress
 from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, check_out, check_weights_flags,
                                check_scorer_tokenizer, checkpoint_rescorers, parse_steps, rescoring_entry_point,
-                               rescoring_parser, run_checkpoints, run_label)
+                               rescoring_parser, run_checkpoints, run_label, weights_label)
 from diagnostics.stats import DegenerateInputWarning
 from diagnostics.verdicts import audit_points
 from rescoring.swap import swap_auroc, swap_drop, swap_plan, swap_scores
@@ -233,7 +233,7 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
     battery, rates, gains = _batteries(data, n_boot=n_boot, ci=ci, seed=seed, top=top)
     result = {"run": run_label(run), "view": design.view.name, "twin": design.twin.name,
               "baseline_view": base.view.name, "baseline_twin": base.twin.name, "checkpoints": [c.global_step for c in ckpts],
-              "weights": sorted({c.weights for c in ckpts}), "device": last.device, "dtype": last.dtype,
+              "weights": sorted({weights_label(c, model) for c in ckpts}), "device": last.device, "dtype": last.dtype,
               "n_steps": int(len(data["baseline"].steps)), "n_boot": n_boot, "ci": ci, "seed": seed,
               "structure": structure, "baseline": battery["baseline"], "design": battery["design"], **gains,
               "unrendered": unrendered}

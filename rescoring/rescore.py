@@ -354,6 +354,15 @@ def checkpoint_rescorers(run: str | Path, ckpts: Sequence[Checkpoint], *, device
         yield ckpt, rescorer
 
 
+OWN_WEIGHTS = "each checkpoint's own actor/"  # a result's "model" when no --model replaced the checkpoints' weights
+
+
+def weights_label(ckpt: Checkpoint, model: str | None) -> str:
+    """What re-scored ``ckpt``, as a result file names it: ``model`` when given, else the checkpoint's ``actor/``
+    (not the cache folder an adapter-only ``actor/`` is merged into, which means nothing to a reader)."""
+    return model if model is not None else str(ckpt.folder / "actor")
+
+
 def run_label(run: str | Path) -> str:
     """The run's name from ``run.json``, else its folder name."""
     return str(_run_info(run).get("run") or Path(run).name)

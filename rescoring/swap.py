@@ -48,7 +48,8 @@ from diagnostics.load import DiagnosticsError
 from diagnostics.options import show_progress
 from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, check_out, check_weights_flags,
                                check_scorer_tokenizer, checkpoint_rescorers, parse_steps, rescoring_entry_point,
-                               rescoring_parser, run_checkpoints, run_label, stored_residual_gap, swapped_record)
+                               rescoring_parser, run_checkpoints, run_label, stored_residual_gap, swapped_record,
+                               OWN_WEIGHTS, weights_label)
 from diagnostics.stats import DegenerateInputWarning
 from ocsd.cli import emit, format_table, output_folder, write_json
 from ocsd.records import PROGRESS_LABELS
@@ -327,15 +328,6 @@ def pooled_statistics(steps: pd.DataFrame, *, higher: str = "progress", n_boot: 
     return {**swap_auroc(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed),
             "drop": swap_drop(steps, higher=higher, n_boot=n_boot, ci=ci, seed=seed), **_counts(steps),
             "n_trajectories": int(steps.groupby(["checkpoint", "traj_uid"]).ngroups)}
-
-
-OWN_WEIGHTS = "each checkpoint's own actor/"  # swap.json's "model" when no --model replaced them
-
-
-def weights_label(ckpt: Checkpoint, model: str | None) -> str:
-    """What re-scored ``ckpt``, as ``swap.json`` names it: ``model`` when given, else the checkpoint's ``actor/``
-    (not the cache folder an adapter-only ``actor/`` is merged into, which means nothing to a reader)."""
-    return model if model is not None else str(ckpt.folder / "actor")
 
 
 def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, donors: int = 5,

@@ -223,6 +223,7 @@ def test_audit_of_a_copy_of_full_reproduces_full(frozen_run, tmp_path):
     result = audit_mod.build_audit(frozen_run, f"{__file__}:FullCopy", tmp_path, donors=2, per_category=3, n_boot=50,
                                    progress=False)
     assert result["view"] == "full_copy" and result["twin"] == "ablated"
+    assert result["weights"] == [str(Path(frozen_run).resolve() / f"global_step_{n}" / "actor") for n in (1, 2)]
     for part in ("auroc", "robustness", "dratio"):
         assert json.dumps(result["design"][part]) == json.dumps(result["baseline"][part])
     assert json.dumps(result["swap"]["design"]) == json.dumps(result["swap"]["baseline"])
