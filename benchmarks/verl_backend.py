@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -104,8 +105,6 @@ def failure_cause(log: Path, limit: int = 300) -> str:
     root cause above", so the last lines of the log do not say why; this line does, in the failed run's message,
     where a caller (``results/paper_scale_on_gpu.sh`` retries vLLM's start-up collisions) can read it.
     """
-    import re
-
     exception = re.compile(r"\b[A-Za-z_.]*(?:Error|Exception): .*")
     last, traced = "", False
     lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
@@ -117,6 +116,13 @@ def failure_cause(log: Path, limit: int = 300) -> str:
                 return match.group(0)[:limit]
             last = match.group(0)
     return last[:limit]
+
+
+def failure_message(label: str, returncode: int, steps: int, log: Path) -> str:
+    """The line a benchmark prints for a failed run: its exit status, steps done, root cause (:func:`failure_cause`)
+    and log."""
+    cause = failure_cause(log)
+    return f"{label}: failed (exit {returncode}, {steps} steps{': ' + cause if cause else ''}); see {log}"
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -209,9 +215,7 @@ def main(argv=None) -> int:
     for backend in args.backends.split(","):
         got = run_backend(backend, args, out)
         if got["returncode"] != 0 or not got["rows"]:
-            cause = failure_cause(out / f"{backend}.log")
-            print(f"{backend}: failed (exit {got['returncode']}, {len(got['rows'])} steps{': ' + cause if cause else ''}); "
-                  f"see {out}/{backend}.log", flush=True)
+            print(failure_message(backend, got["returncode"], len(got["rows"]), out / f"{backend}.log"), flush=True)
             failed.append(backend)
             continue
         got["mean"] = summarise(got["rows"])

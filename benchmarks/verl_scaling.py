@@ -42,7 +42,7 @@ from typing import Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.verl_backend import add_run_options, failure_cause, run_settings  # noqa: E402
+from benchmarks.verl_backend import add_run_options, failure_message, run_settings  # noqa: E402
 from ocsd.cli import InputError, entry_point  # noqa: E402
 
 PHASES = ("time/rollout", "time/old_logprob", "time/ref_logprob", "time/replay_scoring", "time/update")
@@ -187,9 +187,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         got = run(config, args, out, card)
         if "summary" not in got:
             failed.append(config.label)
-            cause = failure_cause(out / f"{config.label}.log")
-            print(f"{config.label}: failed (exit {got['returncode']}, {len(got['rows'])} steps"
-                  f"{': ' + cause if cause else ''}); see {out / config.label}.log", flush=True)
+            print(failure_message(config.label, got["returncode"], len(got["rows"]), out / f"{config.label}.log"),
+                  flush=True)
             continue
         print(f"{config.label}: {got['summary']['time/step']:.2f} s a step, {got['wall_s']:.0f} s in all",
               flush=True)

@@ -233,7 +233,8 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
     battery, rates, gains = _batteries(data, n_boot=n_boot, ci=ci, seed=seed, top=top)
     result = {"run": run_label(run), "view": design.view.name, "twin": design.twin.name,
               "baseline_view": base.view.name, "baseline_twin": base.twin.name, "checkpoints": [c.global_step for c in ckpts],
-              "weights": sorted({weights_label(c, model) for c in ckpts}), "device": last.device, "dtype": last.dtype,
+              "weights": sorted({weights_label(c, model) for c in ckpts}), "device": last.device,
+              "dtype": last.dtype,
               "n_steps": int(len(data["baseline"].steps)), "n_boot": n_boot, "ci": ci, "seed": seed,
               "structure": structure, "baseline": battery["baseline"], "design": battery["design"], **gains,
               "unrendered": unrendered}

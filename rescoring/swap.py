@@ -359,8 +359,8 @@ def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, d
         frames.append(frame)
         short += ck_short
         unrendered += [f"{ckpt.name}: {reason}" for reason in ck_skipped]
-        per_ckpt.append({"global_step": ckpt.global_step, "checkpoint": ckpt.name, "weights": weights_label(ckpt, model),
-                         **_counts(frame), "n_insufficient_donors": len(ck_short),
+        per_ckpt.append({"global_step": ckpt.global_step, "checkpoint": ckpt.name,
+                         "weights": weights_label(ckpt, model), **_counts(frame), "n_insufficient_donors": len(ck_short),
                          **swap_auroc(frame, higher=higher, n_boot=n_boot, ci=ci, seed=seed),
                          "rescored_max_abs_diff": gap})
     steps = pd.concat(frames, ignore_index=True)

@@ -413,8 +413,9 @@ def step_metrics(spec: MethodSpec, step: int, trajs: Sequence[Trajectory], stats
 
     Success overall and per task type, episode length and step shares (the environment's
     :func:`training.envs.runtime.success_metrics`), the mean return, new tokens, advantages per trajectory, step
-    and token, the share of groups without advantage (``adv/flat_groups``, :func:`flat_group_share`), the selected share and the scored, truncated and skipped steps, and for methods with a signal the
-    mean of the signal the update used (``calib/residual_mean``) and of its bounded ``q``.
+    and token, the share of groups without advantage (``adv/flat_groups``, :func:`flat_group_share`), the selected
+    share and the scored, truncated and skipped steps, and for methods with a signal the mean of the signal the
+    update used (``calib/residual_mean``) and of its bounded ``q``.
     """
     episodes = success_metrics(list(trajs))
     adv_step, selected = stats.advantages, stats.selected

@@ -116,9 +116,12 @@ def test_without_enough_gpus_nothing_runs(bench, tmp_path, capsys):
     assert "must be increasing counts" in capsys.readouterr().err
 
 
-def test_a_failed_runs_cause_is_the_first_exception_after_a_traceback(bench, tmp_path):
+def test_a_failed_runs_cause_is_the_first_exception_after_a_traceback(tmp_path):
     """vLLM's engine re-raises its worker's error as "initialization failed, see root cause above": the cause named
-    is the worker's, not the last line's; an exception printed before any traceback is only the fallback."""
+    is the worker's, not the last line's; an exception printed before any traceback is only the fallback. The
+    benchmarks' failure line carries it."""
+    from benchmarks import verl_backend as bench
+
     log = tmp_path / "verl.log"
     log.write_text(
         "(TaskRunner pid=1) WARNING: ValueError: a handled one, printed before anything failed\n"
@@ -131,7 +134,10 @@ def test_a_failed_runs_cause_is_the_first_exception_after_a_traceback(bench, tmp
     assert bench.failure_cause(log) == ("AssertionError: Error in memory profiling. Initial free memory 87.57 GiB, "
                                         "current free memory 111.74 GiB.")
     assert bench.failure_cause(log, limit=14) == "AssertionError"
+    assert bench.failure_message("verl", 1, 0, log) == (
+        f"verl: failed (exit 1, 0 steps: {bench.failure_cause(log)}); see {log}")
     log.write_text("step 1\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 21.00 GiB\n")
     assert bench.failure_cause(log) == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 21.00 GiB"
     log.write_text("step 1\nstep 2\n")
     assert bench.failure_cause(log) == "" and bench.failure_cause(tmp_path / "absent.log") == ""
+    assert bench.failure_message("1 GPU", 2, 3, log) == f"1 GPU: failed (exit 2, 3 steps); see {log}"
