@@ -10,15 +10,20 @@ checkpoints in between:
 * ``verl``: ``python -m training.verl.main`` with ``trainer.n_gpus_per_node=N`` on GPUs 0..N-1 (its fast-path
   settings are those of ``training/verl/config/ocsd_trainer.yaml``).
 
-Each runs as its own process (``CUDA_VISIBLE_DEVICES`` names its GPUs) into ``RUNS/<label>`` (``--runs``), its
-output in ``OUT/<label>.log``, and writes ``OUT/<label>.json``: the configuration, the machine, every ``metrics.jsonl`` row and a ``summary`` with
+Each runs as its own process (``CUDA_VISIBLE_DEVICES`` names its GPUs, counted among those the benchmark itself
+sees) into ``RUNS/<label>`` (``--runs``), one after another on GPUs 0..N-1; with ``--side-by-side``, configurations
+that fit on the machine together run at once on disjoint GPUs (in order, each where the GPUs left allow: on four
+GPUs, the single-device trainer, verl on 1 and verl on 2 at once, then verl on 4 alone). They then share the host's
+CPUs and memory but no GPU; each result names its GPUs (``devices``) and the configurations beside it
+(``alongside``). Its output goes to ``OUT/<label>.log``, and it writes ``OUT/<label>.json``: the configuration, the
+machine, every ``metrics.jsonl`` row and a ``summary`` with
 the mean seconds per step of each phase (``time/rollout``, ``time/old_logprob``, ``time/ref_logprob``,
 ``time/replay_scoring``, ``time/update``, ``time/step``) over the steps after the first (which pays compilation
 and warm-up), the step's checkpoint time left out, and steps/s. Then the table of ``figures.verl_scaling``
 (``OUT/verl_scaling.md``); the figure: ``python -m figures.verl_scaling OUT --out OUT``.
 
     python benchmarks/verl_scaling.py --games DIR [--model qwen2.5-coder-0.5b] [--gpus 1,2,4] [--steps 4]
-        [--out benchmarks/results/verl_scaling] [--verl-arg OVERRIDE ...]
+        [--side-by-side] [--out benchmarks/results/verl_scaling] [--verl-arg OVERRIDE ...]
 
 The machine: prepared as for ``bash results/run_on_gpu.sh verl`` (the bundle with the stack of
 ``scripts/gpu_stack.sh download DIR --verl``, then ``unpack``; ``VERL_USE_EXTERNAL_MODULES=training.verl.plugin``
@@ -79,6 +84,41 @@ def configurations(gpus: Sequence[int], single: bool = True) -> list[Configurati
     return ([Configuration("single", 1)] if single else []) + [Configuration("verl", g) for g in gpus]
 
 
+def schedule(configs: Sequence[Configuration], gpus_available: int, side_by_side: bool = False
+             ) -> list[list[tuple[Configuration, tuple[int, ...]]]]:
+    """The configurations in waves, each configuration with its GPUs (indices among those visible).
+
+    Without ``side_by_side`` every configuration is a wave of its own on GPUs ``0..N-1``. With it, each
+    configuration joins the current wave on the next free GPUs when enough are left, and starts a new wave
+    otherwise (first fit, in order), so that no GPU is shared within a wave.
+
+    Raises
+    ------
+    ValueError
+        A configuration needs more GPUs than ``gpus_available``.
+    """
+    waves: list[list[tuple[Configuration, tuple[int, ...]]]] = []
+    free = 0
+    for config in configs:
+        if config.gpus > gpus_available:
+            raise ValueError(f"{config.label} needs {config.gpus} GPUs, {gpus_available} are available")
+        if not side_by_side or not waves or config.gpus > gpus_available - free:
+            waves.append([])
+            free = 0
+        waves[-1].append((config, tuple(range(free, free + config.gpus))))
+        free += config.gpus
+    return waves
+
+
+def visible_devices(indices: Sequence[int], parent: str | None) -> str:
+    """``CUDA_VISIBLE_DEVICES`` of a configuration on GPUs ``indices``: those positions of the benchmark's own
+    ``parent`` list when it has one, else the indices themselves."""
+    if parent:
+        names = [name.strip() for name in parent.split(",") if name.strip()]
+        return ",".join(names[i] for i in indices)
+    return ",".join(str(i) for i in indices)
+
+
 def shared_settings(args) -> dict[str, object]:
     """The training settings every configuration runs with (``TrainConfig`` keys): the benchmarks' shared
     :func:`~benchmarks.verl_backend.run_settings` with ``--model`` from its base weights, without checkpoints."""
@@ -117,30 +157,44 @@ def summarise(rows: Sequence[dict]) -> dict[str, float]:
     return {**mean, "time/step": step, "steps_per_s": 1.0 / step if step > 0 else 0.0, "steps_averaged": len(use)}
 
 
-def result(config: Configuration, args, *, rows: list[dict], returncode: int, wall_s: float, card: str) -> dict:
+def result(config: Configuration, args, *, rows: list[dict], returncode: int, wall_s: float, card: str,
+           devices: Sequence[int] = (), alongside: Sequence[str] = ()) -> dict:
     """What ``OUT/<label>.json`` holds; ``summary`` only when the run finished with timed steps."""
     out = {"schema": SCHEMA, "label": config.label, "backend": config.backend, "gpus": config.gpus, "card": card,
            "model": args.model, "settings": shared_settings(args), "verl_args": list(args.verl_arg),
+           "devices": list(devices or range(config.gpus)), "alongside": list(alongside),
            "returncode": returncode, "wall_s": wall_s, "rows": rows}
     if returncode == 0 and rows:
         out["summary"] = summarise(rows)
     return out
 
 
-def run(config: Configuration, args, out: Path, card: str) -> dict:
-    """Train one configuration on its GPUs; its result (also written to ``OUT/<label>.json``)."""
+def run_wave(wave: Sequence[tuple[Configuration, tuple[int, ...]]], args, out: Path, card: str) -> list[dict]:
+    """Train the configurations of one wave at once, each on its GPUs; their results (also written to
+    ``OUT/<label>.json``), in the wave's order."""
     from ocsd.records import read_metrics
 
-    run_dir = Path(args.runs).resolve() / config.label
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(str(i) for i in range(config.gpus)))
-    start = time.perf_counter()
-    with open(out / f"{config.label}.log", "w") as log:
-        status = subprocess.run(command(config, args, run_dir), cwd=ROOT, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
-    rows = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
-    got = result(config, args, rows=rows, returncode=status.returncode, wall_s=time.perf_counter() - start, card=card)
-    (out / f"{config.label}.json").write_text(json.dumps(got, indent=1))
-    return got
+    parent = os.environ.get("CUDA_VISIBLE_DEVICES")
+    started = []
+    for config, devices in wave:
+        run_dir = Path(args.runs).resolve() / config.label
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible_devices(devices, parent))
+        log = open(out / f"{config.label}.log", "w")
+        process = subprocess.Popen(command(config, args, run_dir), cwd=ROOT, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT)
+        started.append((config, devices, run_dir, log, process, time.perf_counter()))
+    results = []
+    for config, devices, run_dir, log, process, start in started:
+        returncode = process.wait()
+        wall_s = time.perf_counter() - start
+        log.close()
+        rows = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
+        alongside = [other.label for other, _ in wave if other is not config]
+        got = result(config, args, rows=rows, returncode=returncode, wall_s=wall_s, card=card, devices=devices,
+                     alongside=alongside)
+        (out / f"{config.label}.json").write_text(json.dumps(got, indent=1))
+        results.append(got)
+    return results
 
 
 def check_machine(args, gpus_needed: int) -> str:
@@ -168,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="qwen2.5-coder-0.5b", help="catalogue model or Hugging Face folder")
     p.add_argument("--gpus", type=gpu_counts, default=(1, 2, 4), help="GPU counts of the verl runs (1,2,4)")
     p.add_argument("--no-single", dest="single", action="store_false", help="leave out the single-device trainer")
+    p.add_argument("--side-by-side", action="store_true",
+                   help="run configurations that fit on the machine together at once, on disjoint GPUs")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "verl_scaling"),
                    help="folder of the JSON results, logs and table")
@@ -180,18 +236,23 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if args.steps < 1:
         raise InputError(f"--steps must be >= 1, got {args.steps}")
     card = check_machine(args, max(args.gpus))  # before anything is written
+    import torch
+
+    waves = schedule(configurations(args.gpus, args.single), torch.cuda.device_count(), args.side_by_side)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     failed = []
-    for config in configurations(args.gpus, args.single):
-        got = run(config, args, out, card)
-        if "summary" not in got:
-            failed.append(config.label)
-            print(failure_message(config.label, got["returncode"], len(got["rows"]), out / f"{config.label}.log"),
+    for wave in waves:
+        if len(wave) > 1:
+            print("side by side: " + ", ".join(f"{c.label} on GPU {','.join(map(str, d))}" for c, d in wave),
                   flush=True)
-            continue
-        print(f"{config.label}: {got['summary']['time/step']:.2f} s a step, {got['wall_s']:.0f} s in all",
-              flush=True)
+        for got in run_wave(wave, args, out, card):
+            label = got["label"]
+            if "summary" not in got:
+                failed.append(label)
+                print(failure_message(label, got["returncode"], len(got["rows"]), out / f"{label}.log"), flush=True)
+                continue
+            print(f"{label}: {got['summary']['time/step']:.2f} s a step, {got['wall_s']:.0f} s in all", flush=True)
     done = [p for p in sorted(out.glob("*.json")) if json.loads(p.read_text()).get("summary")]
     if done:
         from figures.verl_scaling import load_points, scaling_table

@@ -62,6 +62,8 @@ class ScalingPoint:
         Training steps the means are taken over.
     card, model : str
         The GPU and the policy, as the benchmark recorded them.
+    alongside : tuple of str
+        The configurations that ran at the same time on other GPUs of the machine (``--side-by-side``).
     """
 
     path: Path
@@ -72,6 +74,7 @@ class ScalingPoint:
     steps_averaged: int
     card: str = ""
     model: str = ""
+    alongside: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -104,7 +107,8 @@ def point(path: Path, data: object) -> ScalingPoint:
     return ScalingPoint(path=path, backend=backend, gpus=int(_number(path, data, "gpus", integer=True)),
                         seconds=seconds, steps_per_s=_number(path, summary, "steps_per_s"),
                         steps_averaged=int(_number(path, summary, "steps_averaged", integer=True)),
-                        card=str(data.get("card", "")), model=str(data.get("model", "")))
+                        card=str(data.get("card", "")), model=str(data.get("model", "")),
+                        alongside=tuple(str(label) for label in data.get("alongside") or ()))
 
 
 def load_points(paths: Sequence) -> list[ScalingPoint]:
@@ -160,6 +164,10 @@ def scaling_table(points: Sequence[ScalingPoint]) -> str:
         else:
             cells += ["-", "-"]
         lines.append("| " + " | ".join(cells) + " |")
+    shared = [p for p in points if p.alongside]
+    if shared:
+        lines += ["", "Ran side by side on disjoint GPUs of the machine (sharing its CPUs, no GPU): "
+                  + "; ".join(f"{p.label} with {', '.join(p.alongside)}" for p in shared) + "."]
     return "\n".join(lines)
 
 

@@ -48,8 +48,10 @@
 #                                                            into $OUT/ladder_NAME.tgz
 #   bash results/paper_scale_on_gpu.sh scaling [option...]   the veRL scaling benchmark on every GPU of the machine
 #                                                            (benchmarks/verl_scaling.py: the single-device trainer,
-#                                                            then verl on 1, 2 and 4 GPUs, STEPS (4) steps each) and
-#                                                            its table and figure, into $OUT/verl_scaling/
+#                                                            then verl on 1, 2 and 4 GPUs, STEPS (4) steps each;
+#                                                            --side-by-side: those that fit together at once, on
+#                                                            disjoint GPUs) and its table and figure, into
+#                                                            $OUT/verl_scaling/
 #   bash results/paper_scale_on_gpu.sh verl_check            a verl run on one GPU (benchmarks/verl_backend.py, the
 #                                                            SmolLM2 warm start, STEPS (2) steps), the parity of its
 #                                                            first batch with the single-device trainer on the GPU in

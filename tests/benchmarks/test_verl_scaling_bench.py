@@ -141,3 +141,65 @@ def test_a_failed_runs_cause_is_the_first_exception_after_a_traceback(tmp_path):
     log.write_text("step 1\nstep 2\n")
     assert bench.failure_cause(log) == "" and bench.failure_cause(tmp_path / "absent.log") == ""
     assert bench.failure_message("1 GPU", 2, 3, log) == f"1 GPU: failed (exit 2, 3 steps); see {log}"
+
+
+def test_schedule_side_by_side_on_disjoint_gpus(bench):
+    configs = bench.configurations((1, 2, 4))
+    waves = bench.schedule(configs, 4, side_by_side=True)
+    assert [[(c.label, d) for c, d in wave] for wave in waves] == [
+        [("single_1gpu", (0,)), ("verl_1gpu", (1,)), ("verl_2gpu", (2, 3))], [("verl_4gpu", (0, 1, 2, 3))]]
+    alone = bench.schedule(configs, 4)  # the default: one after another on GPUs 0..N-1
+    assert [[(c.label, d) for c, d in wave] for wave in alone] == [
+        [("single_1gpu", (0,))], [("verl_1gpu", (0,))], [("verl_2gpu", (0, 1))], [("verl_4gpu", (0, 1, 2, 3))]]
+    two = bench.schedule(bench.configurations((1, 2)), 2, side_by_side=True)
+    assert [[c.label for c, _ in wave] for wave in two] == [["single_1gpu", "verl_1gpu"], ["verl_2gpu"]]
+    for wave in bench.schedule(bench.configurations((1, 2, 3, 5)), 8, side_by_side=True):  # no GPU twice
+        used = [i for _, devices in wave for i in devices]
+        assert len(used) == len(set(used)) and max(used) < 8
+    with pytest.raises(ValueError, match="verl_4gpu needs 4 GPUs, 2 are available"):
+        bench.schedule(configs, 2, side_by_side=True)
+
+
+def test_visible_devices_count_among_the_benchmarks_own(bench):
+    assert bench.visible_devices((2, 3), None) == "2,3"
+    assert bench.visible_devices((2, 3), "4,5,6,7") == "6,7"  # a benchmark started on GPUs 4-7
+    assert bench.visible_devices((0,), " GPU-a1, GPU-b2 ") == "GPU-a1"
+
+
+def test_a_wave_runs_its_configurations_at_once(bench, tmp_path, monkeypatch):
+    """Two stand-in trainings that each wait for the other's start can only both finish when they run at the same
+    time; each writes its metrics and the GPUs it saw, and the results name the configuration beside them."""
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    script = (
+        "import json, os, sys, time, pathlib\n"
+        "run, label, other = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]\n"
+        "barrier = pathlib.Path(sys.argv[4])\n"
+        "(barrier / label).touch()\n"
+        "deadline = time.time() + 60\n"
+        "while not (barrier / other).exists():\n"
+        "    if time.time() > deadline: sys.exit(7)\n"
+        "    time.sleep(0.05)\n"
+        "run.mkdir(parents=True)\n"
+        "rows = [{'step': 1, 'time/step': 3.0}, {'step': 2, 'time/step': 2.0}]\n"
+        "(run / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\\n' for r in rows))\n"
+        "print('gpus', os.environ['CUDA_VISIBLE_DEVICES'])\n")
+    labels = {"single_1gpu": "verl_1gpu", "verl_1gpu": "single_1gpu"}
+
+    def stand_in(config, args, run_dir):
+        return [sys.executable, "-c", script, str(run_dir), config.label, labels[config.label], str(barrier)]
+
+    monkeypatch.setattr(bench, "command", stand_in)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
+    args = bench.build_parser().parse_args(["--games", str(tmp_path), "--runs", str(tmp_path / "runs")])
+    wave = [(bench.Configuration("single", 1), (0,)), (bench.Configuration("verl", 1), (1,))]
+    out = tmp_path / "out"
+    out.mkdir()
+    single, verl = bench.run_wave(wave, args, out, card="2 x test")
+    assert single["returncode"] == verl["returncode"] == 0
+    assert (single["devices"], single["alongside"]) == ([0], ["verl_1gpu"])
+    assert (verl["devices"], verl["alongside"]) == ([1], ["single_1gpu"])
+    assert single["summary"]["time/step"] == 2.0
+    assert (out / "single_1gpu.log").read_text() == "gpus 6\n"
+    assert (out / "verl_1gpu.log").read_text() == "gpus 7\n"
+    assert json.loads((out / "verl_1gpu.json").read_text())["alongside"] == ["single_1gpu"]

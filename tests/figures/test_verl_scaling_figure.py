@@ -103,3 +103,17 @@ def test_refusals_of_the_inputs(bench, tmp_path, capsys):
     second = write_results(bench, tmp_path / "b", {("verl", 2): 20.0})[0]
     assert verl_scaling.main([str(first), str(second), "--out", str(tmp_path / "figs")]) == 2
     assert "both hold verl, 2 GPUs" in capsys.readouterr().err
+
+
+def test_table_names_the_configurations_that_ran_side_by_side(bench, tmp_path):
+    paths = write_results(bench, tmp_path / "r")
+    for path in paths[:3]:  # single, verl 1 and verl 2 at once, as --side-by-side runs them on four GPUs
+        data = json.loads(path.read_text())
+        data["alongside"] = [p.stem for p in paths[:3] if p != path]
+        path.write_text(json.dumps(data))
+    points = verl_scaling.load_points(paths)
+    assert points[0].alongside == ("verl_1gpu", "verl_2gpu") and points[3].alongside == ()
+    note = verl_scaling.scaling_table(points).splitlines()[-1]
+    assert note.startswith("Ran side by side on disjoint GPUs of the machine (sharing its CPUs, no GPU): ")
+    assert "single-device, 1 GPU with verl_1gpu, verl_2gpu; verl, 1 GPU with single_1gpu, verl_2gpu;" in note
+    assert "verl, 4 GPUs with" not in note
