@@ -54,6 +54,8 @@ PHASES = ("time/rollout", "time/old_logprob", "time/ref_logprob", "time/replay_s
 """The phases each result's summary holds, besides ``time/step``."""
 CHECKPOINT = "time/save_checkpoint"
 SCHEMA = "verl_scaling/1"
+POLL_S = 1.0
+"""Seconds between looks at the runs of a wave (each run's wall time is taken when it ends)."""
 
 
 @dataclass(frozen=True)
@@ -183,11 +185,17 @@ def run_wave(wave: Sequence[tuple[Configuration, tuple[int, ...]]], args, out: P
         process = subprocess.Popen(command(config, args, run_dir), cwd=ROOT, env=env, stdout=log,
                                    stderr=subprocess.STDOUT)
         started.append((config, devices, run_dir, log, process, time.perf_counter()))
+    ended: dict[str, tuple[int, float]] = {}  # label: exit status and wall time, taken when each run ends
+    while len(ended) < len(started):
+        for config, _, _, log, process, start in started:
+            if config.label not in ended and process.poll() is not None:
+                ended[config.label] = (process.returncode, time.perf_counter() - start)
+                log.close()
+        if len(ended) < len(started):
+            time.sleep(POLL_S)
     results = []
-    for config, devices, run_dir, log, process, start in started:
-        returncode = process.wait()
-        wall_s = time.perf_counter() - start
-        log.close()
+    for config, devices, run_dir, _, _, _ in started:
+        returncode, wall_s = ended[config.label]
         rows = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
         alongside = [other.label for other, _ in wave if other is not config]
         got = result(config, args, rows=rows, returncode=returncode, wall_s=wall_s, card=card, devices=devices,

@@ -168,7 +168,8 @@ def test_visible_devices_count_among_the_benchmarks_own(bench):
 
 def test_a_wave_runs_its_configurations_at_once(bench, tmp_path, monkeypatch):
     """Two stand-in trainings that each wait for the other's start can only both finish when they run at the same
-    time; each writes its metrics and the GPUs it saw, and the results name the configuration beside them."""
+    time; each writes its metrics and the GPUs it saw, and the results name the configuration beside them. The
+    first one started ends last: the other's wall time is taken at its own end, not when the first is done."""
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     script = (
@@ -183,13 +184,19 @@ def test_a_wave_runs_its_configurations_at_once(bench, tmp_path, monkeypatch):
         "run.mkdir(parents=True)\n"
         "rows = [{'step': 1, 'time/step': 3.0}, {'step': 2, 'time/step': 2.0}]\n"
         "(run / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\\n' for r in rows))\n"
-        "print('gpus', os.environ['CUDA_VISIBLE_DEVICES'])\n")
+        "print('gpus', os.environ['CUDA_VISIBLE_DEVICES'])\n"
+        "if label == 'single_1gpu':  # ends after the other has\n"
+        "    while not (barrier / 'verl_done').exists(): time.sleep(0.05)\n"
+        "    time.sleep(1.0)\n"
+        "else:\n"
+        "    (barrier / 'verl_done').touch()\n")
     labels = {"single_1gpu": "verl_1gpu", "verl_1gpu": "single_1gpu"}
 
     def stand_in(config, args, run_dir):
         return [sys.executable, "-c", script, str(run_dir), config.label, labels[config.label], str(barrier)]
 
     monkeypatch.setattr(bench, "command", stand_in)
+    monkeypatch.setattr(bench, "POLL_S", 0.05)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
     args = bench.build_parser().parse_args(["--games", str(tmp_path), "--runs", str(tmp_path / "runs")])
     wave = [(bench.Configuration("single", 1), (0,)), (bench.Configuration("verl", 1), (1,))]
@@ -200,6 +207,7 @@ def test_a_wave_runs_its_configurations_at_once(bench, tmp_path, monkeypatch):
     assert (single["devices"], single["alongside"]) == ([0], ["verl_1gpu"])
     assert (verl["devices"], verl["alongside"]) == ([1], ["single_1gpu"])
     assert single["summary"]["time/step"] == 2.0
+    assert verl["wall_s"] < single["wall_s"]
     assert (out / "single_1gpu.log").read_text() == "gpus 6\n"
     assert (out / "verl_1gpu.log").read_text() == "gpus 7\n"
     assert json.loads((out / "verl_1gpu.json").read_text())["alongside"] == ["single_1gpu"]
