@@ -78,7 +78,21 @@ class ScalingPoint:
 
     @property
     def label(self) -> str:
-        return f"{BACKENDS.get(self.backend, self.backend)}, {self.gpus} GPU{'s' if self.gpus > 1 else ''}"
+        return configuration_label(self.backend, self.gpus)
+
+
+def configuration_label(backend: str, gpus: int) -> str:
+    """How tables and figures name a configuration: "verl, 2 GPUs"."""
+    return f"{BACKENDS.get(backend, backend)}, {gpus} GPU{'s' if gpus > 1 else ''}"
+
+
+def _named(result_label: str) -> str:
+    """A result file's ``label`` (``verl_2gpu``) in words ("verl on 2 GPUs"); any other text as it is."""
+    backend, _, gpus = result_label.rpartition("_")
+    if backend and gpus.endswith("gpu") and gpus[:-3].isdigit():
+        n = int(gpus[:-3])
+        return f"{BACKENDS.get(backend, backend)} on {n} GPU{'s' if n > 1 else ''}"
+    return result_label
 
 
 def _number(path: Path, data: dict, key: str, *, integer: bool = False) -> float:
@@ -141,6 +155,17 @@ def load_points(paths: Sequence) -> list[ScalingPoint]:
     return sorted(points, key=lambda p: (p.backend != "single", p.gpus))
 
 
+def ran_at_once(points: Sequence[ScalingPoint]) -> str:
+    """The configurations that ran at the same time (``--side-by-side``), in words, each set once ("single-device
+    on 1 GPU, verl on 1 GPU and verl on 2 GPUs"); "" when each ran alone."""
+    waves: list[list[str]] = []
+    for p in points:
+        wave = [f"{p.backend}_{p.gpus}gpu", *p.alongside] if p.alongside else []
+        if wave and sorted(wave) not in [sorted(w) for w in waves]:
+            waves.append(wave)
+    return "; ".join(", ".join(map(_named, w[:-1])) + f" and {_named(w[-1])}" for w in waves)
+
+
 def scaling_table(points: Sequence[ScalingPoint]) -> str:
     """The markdown table: one row per configuration with seconds per phase and per step, steps/s, the speed-up
     over the single-device trainer and over verl's smallest run, and the scaling efficiency (that speed-up over
@@ -164,10 +189,9 @@ def scaling_table(points: Sequence[ScalingPoint]) -> str:
         else:
             cells += ["-", "-"]
         lines.append("| " + " | ".join(cells) + " |")
-    shared = [p for p in points if p.alongside]
-    if shared:
-        lines += ["", "Ran side by side on disjoint GPUs of the machine (sharing its CPUs, no GPU): "
-                  + "; ".join(f"{p.label} with {', '.join(p.alongside)}" for p in shared) + "."]
+    together = ran_at_once(points)
+    if together:
+        lines += ["", f"Ran at once on disjoint GPUs of the machine (sharing its CPUs, no GPU): {together}."]
     return "\n".join(lines)
 
 
@@ -226,7 +250,8 @@ def build(paths: Sequence, out_dir, *, pdf: bool = False, dpi: int = 150) -> lis
     models = sorted({p.model for p in points if p.model})
     add_caption(fig, "; ".join([f"model: {', '.join(models) or 'not recorded'}",
                                 f"GPU: {', '.join(cards) or 'not recorded'}",
-                                "means over " + ", ".join(f"{p.label}: {p.steps_averaged} steps" for p in points)]))
+                                "means over " + ", ".join(f"{p.label}: {p.steps_averaged} steps" for p in points)]
+                               + ([f"at once: {ran_at_once(points)}"] if ran_at_once(points) else [])))
     written = save_figure(fig, out_dir, NAME, pdf=pdf, dpi=dpi)
     pyplot().close(fig)
     table_path = Path(out_dir) / f"{NAME}.md"
