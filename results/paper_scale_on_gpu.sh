@@ -50,7 +50,8 @@
 #                                                            (benchmarks/verl_scaling.py: the single-device trainer,
 #                                                            then verl on 1, 2 and 4 GPUs, STEPS (4) steps each;
 #                                                            --side-by-side: those that fit together at once, on
-#                                                            disjoint GPUs) and its table and figure, into
+#                                                            disjoint GPUs; GPU=N: on that GPU alone, with
+#                                                            --gpus 1) and its table and figure, into
 #                                                            $OUT/verl_scaling/
 #   bash results/paper_scale_on_gpu.sh verl_check            a verl run on one GPU (benchmarks/verl_backend.py, the
 #                                                            SmolLM2 warm start, STEPS (2) steps), the parity of its
@@ -247,7 +248,7 @@ ladder)
         tar czf $JOBS/out/ladder_$name.tgz -C /tmp/ladder $name" ;;
 scaling)
     shift
-    GPU=all start verl_scaling "VERL_USE_EXTERNAL_MODULES=training.verl.plugin python3 benchmarks/verl_scaling.py \
+    GPU=${GPU:-all} start verl_scaling "VERL_USE_EXTERNAL_MODULES=training.verl.plugin python3 benchmarks/verl_scaling.py \
         --games $ASSETS/games --steps ${STEPS:-4} --gpu-memory ${VLLM_MEM:-0.35} $(token_budgets) \
         --out $JOBS/out/verl_scaling $* && \
         python3 -m figures.verl_scaling $JOBS/out/verl_scaling --out $JOBS/out/verl_scaling" ;;

@@ -104,7 +104,7 @@ def test_a_job_after_another_starts_only_once_that_one_ended_well(tmp_path):
     assert "not started: eval_first ended with status 1" in log
 
 
-def test_the_scaling_benchmark_sees_every_gpu():
+def test_the_scaling_benchmark_sees_every_gpu_or_the_one_named():
     env = {"PATH": "/usr/bin:/bin", "DRY": "1", "GPUS": "4", "STEPS": "3"}
     done = subprocess.run(["bash", str(SCRIPT), "scaling", "--gpus", "1,2"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=60)
@@ -113,6 +113,9 @@ def test_the_scaling_benchmark_sees_every_gpu():
                                   "benchmarks/verl_scaling.py ")
     assert "--steps 3" in done.stdout and "--gpus 1,2" in done.stdout and "figures.verl_scaling" in done.stdout
     assert "--micro-batch-tokens 8192 --scoring-tokens 16384" in done.stdout  # the training runs' budgets
+    one = subprocess.run(["bash", str(SCRIPT), "scaling", "--gpus", "1"], cwd=ROOT, env={**env, "GPU": "3"},
+                         capture_output=True, text=True, timeout=60)
+    assert one.returncode == 0 and one.stdout.startswith("GPU 3: "), one.stdout + one.stderr  # one GPU of several
 
 
 def test_the_verl_check_runs_verl_then_its_parity_validation_and_report_on_one_gpu():
