@@ -77,6 +77,13 @@ def panels(ladder: dict) -> dict:
     }
 
 
+def auroc_limits(series: dict, low: float = 0.2, high: float = 0.9, margin: float = 0.02) -> tuple[float, float]:
+    """The AUROC panel's y range: ``low`` to ``high``, widened (within 0 to 1) to every value and interval end of
+    ``series`` (``{signal: [(value, lo, hi)]}``) with ``margin`` to spare."""
+    ends = [x for values in series.values() for entry in values for x in entry if x is not None]
+    return max(0.0, min([low, *(x - margin for x in ends)])), min(1.0, max([high, *(x + margin for x in ends)]))
+
+
 def _grouped(ax, labels, series: dict, styles: dict, *, ylabel: str, baseline: float) -> None:
     """Bars of several series side by side in each group, with whiskers."""
     n = len(series)
@@ -110,7 +117,7 @@ def draw(ladder: dict):
     paper = {s: [(None, None, None)] * len(labels) + [(v, None, None)] for s, v in data["paper"]["auroc"].items()}
     _grouped(ax, labels + [PAPER_LABEL], {s: data["auroc"][s] + paper[s][-1:] for s in SIGNALS}, SIGNALS,
              ylabel="feedback AUROC (valid vs invalid)", baseline=0.5)
-    ax.set_ylim(0.2, 0.9)
+    ax.set_ylim(*auroc_limits(data["auroc"]))
     ax.legend(fontsize=7, loc="upper left")
     ax.set_title("(a) feedback AUROC", fontsize=10)
     ax = axes[1]

@@ -74,6 +74,15 @@ def test_the_figure_draws_the_ladder(built, tmp_path):
     assert str(tmp_path / "ladder.png") in map(str, paths)
 
 
+def test_the_auroc_panel_shows_every_bar_and_whisker():
+    """A Full AUROC of 0.911 with its interval up to 0.948 (the base 1.5B at checkpoint 22) was cut at 0.9."""
+    assert ladder_fig.auroc_limits({"full": [(0.6, 0.5, 0.7)]}) == (0.2, 0.9)
+    low, high = ladder_fig.auroc_limits({"full": [(0.911, 0.857, 0.948), (None, None, None)],
+                                         "residual": [(0.2, 0.1, 0.3)]})
+    assert (low, high) == pytest.approx((0.08, 0.968))
+    assert ladder_fig.auroc_limits({"full": [(1.0, 0.99, 1.0), (0.0, 0.0, 0.01)]}) == (0.0, 1.0)
+
+
 def test_bad_input_is_refused(frozen_run, tmp_path, capsys):
     with pytest.raises(DiagnosticsError, match="named twice"):
         ladder([frozen_run], ["stored", "stored"], tmp_path, ckpt_steps=None, progress=False)
