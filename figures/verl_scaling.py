@@ -248,10 +248,11 @@ def build(paths: Sequence, out_dir, *, pdf: bool = False, dpi: int = 150) -> lis
     fig = draw(points)
     cards = sorted({p.card for p in points if p.card})
     models = sorted({p.model for p in points if p.model})
+    together = ran_at_once(points)
     add_caption(fig, "; ".join([f"model: {', '.join(models) or 'not recorded'}",
                                 f"GPU: {', '.join(cards) or 'not recorded'}",
                                 "means over " + ", ".join(f"{p.label}: {p.steps_averaged} steps" for p in points)]
-                               + ([f"at once: {ran_at_once(points)}"] if ran_at_once(points) else [])))
+                               + ([f"at once: {together}"] if together else [])))
     written = save_figure(fig, out_dir, NAME, pdf=pdf, dpi=dpi)
     pyplot().close(fig)
     table_path = Path(out_dir) / f"{NAME}.md"
