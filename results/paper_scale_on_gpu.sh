@@ -52,7 +52,9 @@
 #                                                            --side-by-side: those that fit together at once, on
 #                                                            disjoint GPUs; GPU=N: on that GPU alone, with
 #                                                            --gpus 1) and its table and figure, into
-#                                                            $OUT/verl_scaling/
+#                                                            $OUT/NAME/ (SCALING_NAME, default verl_scaling: the
+#                                                            job's name, so that two measurements with other verl
+#                                                            settings run side by side on two GPUs)
 #   bash results/paper_scale_on_gpu.sh verl_check            a verl run on one GPU (benchmarks/verl_backend.py, the
 #                                                            SmolLM2 warm start, STEPS (2) steps), the parity of its
 #                                                            first batch with the single-device trainer on the GPU in
@@ -248,10 +250,11 @@ ladder)
         tar czf $JOBS/out/ladder_$name.tgz -C /tmp/ladder $name" ;;
 scaling)
     shift
-    GPU=${GPU:-all} start verl_scaling "VERL_USE_EXTERNAL_MODULES=training.verl.plugin python3 benchmarks/verl_scaling.py \
+    name=${SCALING_NAME:-verl_scaling}
+    GPU=${GPU:-all} start "$name" "VERL_USE_EXTERNAL_MODULES=training.verl.plugin python3 benchmarks/verl_scaling.py \
         --games $ASSETS/games --steps ${STEPS:-4} --gpu-memory ${VLLM_MEM:-0.35} $(token_budgets) \
-        --out $JOBS/out/verl_scaling $* && \
-        python3 -m figures.verl_scaling $JOBS/out/verl_scaling --out $JOBS/out/verl_scaling" ;;
+        --out $JOBS/out/$name --runs /tmp/scaling_runs/$name $* && \
+        python3 -m figures.verl_scaling $JOBS/out/$name --out $JOBS/out/$name" ;;
 verl_check)
     start verl_check "export VERL_USE_EXTERNAL_MODULES=training.verl.plugin; B=$RUNS_DIR/verl_check; \
         python3 benchmarks/verl_backend.py --games $ASSETS/games --steps ${STEPS:-2} --gpu-memory ${VLLM_MEM:-0.35} \

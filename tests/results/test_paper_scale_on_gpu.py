@@ -118,6 +118,22 @@ def test_the_scaling_benchmark_sees_every_gpu_or_the_one_named():
     assert one.returncode == 0 and one.stdout.startswith("GPU 3: "), one.stdout + one.stderr  # one GPU of several
 
 
+def test_two_scaling_measurements_keep_apart_by_their_names():
+    env = {"PATH": "/usr/bin:/bin", "DRY": "1", "GPUS": "4", "GPU": "3"}
+    outs = []
+    for name in (None, "verl_fused"):
+        done = subprocess.run(["bash", str(SCRIPT), "scaling", "--gpus", "1", "--no-single"], cwd=ROOT,
+                              env={**env, **({"SCALING_NAME": name} if name else {})}, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        outs.append(done.stdout)
+    default, named = outs
+    assert "--out /tmp/ps_jobs/out/verl_scaling --runs /tmp/scaling_runs/verl_scaling " in default
+    assert "--out /tmp/ps_jobs/out/verl_fused --runs /tmp/scaling_runs/verl_fused " in named
+    assert "figures.verl_scaling /tmp/ps_jobs/out/verl_fused --out /tmp/ps_jobs/out/verl_fused" in named
+    assert "verl_scaling" not in named.replace("benchmarks/verl_scaling.py", "").replace("figures.verl_scaling", "")
+
+
 def test_the_verl_check_runs_verl_then_its_parity_validation_and_report_on_one_gpu():
     env = {"PATH": "/usr/bin:/bin", "DRY": "1", "GPUS": "4", "GPU": "2", "MICRO": "4096"}
     done = subprocess.run(["bash", str(SCRIPT), "verl_check"], cwd=ROOT, env=env, capture_output=True, text=True,
