@@ -72,8 +72,8 @@
 # DRY (set: print each job's GPU and command instead of starting it), AFTER (a job's NAME: the job started
 # now waits for it and runs only if it ended with status 0), DEMOS_OF (sft: the carried demonstrations of another
 # NAME), SFT_SAVE_FREQ (100) optimizer steps between warm-start checkpoints (each holds merged weights: 3 GB for the
-# 1.5B), CACHE (/tmp/ocsd_cache), GPU (the next one round the machine; all: every one) the GPU of a job started now,
-# WORKERS (12) environment processes per job, VLLM_MEM (0.35) the share of GPU memory each vLLM engine takes, GPUS
+# 1.5B), CACHE (/tmp/ocsd_cache), GPU (the next one round the machine; all: every one; a list such as 2,3: those)
+# the GPU of a job started now, WORKERS (12) environment processes per job, VLLM_MEM (0.35) the share of GPU memory each vLLM engine takes, GPUS
 # (all of the machine's), MICRO (8192) update micro-batch tokens and SCORING_TOKENS (16384) forward-only batch
 # tokens (log-probs, replay scoring) of runs, steps, verl_check and scaling (a 152k-token vocabulary makes the logits
 # of 32k tokens 20 GB; verl's old-log-prob pass pads its micro-batches and takes the entropy in float32, and at the
