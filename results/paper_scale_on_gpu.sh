@@ -68,18 +68,19 @@
 #                                                            the last checkpoint that has its weights (58 MB for the
 #                                                            0.5B: one run per call, which brings back 8 files, 64 MB)
 # Settings: TRAIN_GAMES (real: the carried release's valid_train split, 200 trials of ALFWorld's training split, with
-# valid_seen for validation; generated: the carried generated games, 88-98% of whose episodes the 0.5B warm start wins),
-# DRY (set: print each job's GPU and command instead of starting it), AFTER (a job's NAME: the job started
-# now waits for it and runs only if it ended with status 0), DEMOS_OF (sft: the carried demonstrations of another
-# NAME), SFT_SAVE_FREQ (100) optimizer steps between warm-start checkpoints (each holds merged weights: 3 GB for the
-# 1.5B), CACHE (/tmp/ocsd_cache), GPU (the next one round the machine; all: every one; a list such as 2,3: those)
-# the GPU of a job started now, WORKERS (12) environment processes per job, VLLM_MEM (0.35) the share of GPU memory each vLLM engine takes, GPUS
-# (all of the machine's), MICRO (8192) update micro-batch tokens and SCORING_TOKENS (16384) forward-only batch
-# tokens (log-probs, replay scoring) of runs, steps, verl_check and scaling (a 152k-token vocabulary makes the logits
-# of 32k tokens 20 GB; verl's old-log-prob pass pads its micro-batches and takes the entropy in float32, and at the
-# paper configs' 65,536 ran out of memory on a shared H200), JOBS (/tmp/ps_jobs) the jobs' logs and exit statuses,
-# RUNS_DIR (/tmp/runs) the training runs that poll packs, START_TRIES (4) and RETRY_DELAY (60): how often and about
-# how many seconds apart a job starts again whose vLLM start-up collided with another job on its GPU.
+# valid_seen for validation; generated: the carried generated games, 88-98% of whose episodes the 0.5B warm start
+# wins), DRY (set: print each job's GPU and command instead of starting it), AFTER (a job's NAME: the job started now
+# waits for it and runs only if it ended with status 0), DEMOS_OF (sft: the carried demonstrations of another NAME),
+# SFT_SAVE_FREQ (100) optimizer steps between warm-start checkpoints (each holds merged weights: 3 GB for the 1.5B),
+# CACHE (/tmp/ocsd_cache), GPU (the next one round the machine; all: every one; a list such as 2,3: those) the GPU of
+# a job started now, WORKERS (12) environment processes per job, VLLM_MEM (0.35) the share of GPU memory each vLLM
+# engine takes, GPUS (all of the machine's), MICRO (8192) update micro-batch tokens and SCORING_TOKENS (16384)
+# forward-only batch tokens (log-probs, replay scoring) of runs, steps, verl_check and scaling (a 152k-token
+# vocabulary makes the logits of 32k tokens 20 GB; verl's old-log-prob pass pads its micro-batches and takes the
+# entropy in float32, and at the paper configs' 65,536 ran out of memory on a shared H200), JOBS (/tmp/ps_jobs) the
+# jobs' logs and exit statuses, RUNS_DIR (/tmp/runs) the training runs that poll packs, START_TRIES (4) and
+# RETRY_DELAY (60): how often and about how many seconds apart a job starts again whose vLLM start-up collided with
+# another job on its GPU.
 set -e
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
