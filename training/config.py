@@ -120,7 +120,8 @@ class TrainConfig:
     # model
     model: str = _doc("'smollm2' (shipped GGUF), 'tiny' (random, tests), or a local Hugging Face folder", "smollm2")
     device: str = _doc("'cpu', 'cuda' or 'cuda:N'", "cpu")
-    dtype: str = _doc("parameter dtype: float32, bfloat16 or float16", "float32")
+    dtype: str = _doc("parameter dtype: float32, bfloat16, float16 or auto (bfloat16 on a GPU and on a CPU with "
+                      "AMX or AVX512-BF16, else float32; run.json records the dtype it chose)", "float32")
     lora_rank: int = _doc("LoRA rank via peft (0: full fine-tuning)", 0, NON_NEGATIVE_INT)
     lora_alpha: int = _doc("LoRA alpha", 32, COUNT)
     warm_start: str | None = _doc("start from a supervised warm start (python -m training.sft): its run folder, a "
@@ -254,6 +255,10 @@ class TrainConfig:
             object.__setattr__(self, "max_steps", get_environment(self.env).max_steps)
         if self.invalid_action_penalty is None:  # the environment's (SDAR's) penalty
             object.__setattr__(self, "invalid_action_penalty", get_environment(self.env).invalid_action_penalty)
+        if self.dtype == "auto":  # chosen once here, so run.json records it and a resume compares it
+            from ocsd.replay.models import auto_dtype
+
+            object.__setattr__(self, "dtype", auto_dtype(self.device))
         check_ranges(self)
         check_env_settings(self)
         known = get_environment(self.env).task_types
@@ -262,7 +267,7 @@ class TrainConfig:
             what = f"unknown task type(s) {', '.join(unknown)}" if unknown else "names no task type"
             raise ConfigError(f"task_types={self.task_types!r}: {what}; {self.env} has {', '.join(known) or 'none'}")
         checks = [
-            ("dtype", self.dtype in ("float32", "bfloat16", "float16"), "must be float32, bfloat16 or float16"),
+            ("dtype", self.dtype in ("float32", "bfloat16", "float16"), "must be float32, bfloat16, float16 or auto"),
             ("kl_type", self.kl_type in ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"),
              "must be a verl KL estimator"),
             ("reward_mode", self.reward_mode in REWARD_MODES, f"must be one of {', '.join(REWARD_MODES)}"),

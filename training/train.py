@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted before the first step", file=sys.stderr)
         return 130
+    print(f"model: {cfg.model} on {cfg.device} in {cfg.dtype}", file=sys.stderr)  # dtype=auto's choice shows here
     if trainer.start_step > 1:
         print(f"resuming {cfg.run_dir} from step {trainer.start_step - 1}", file=sys.stderr)
     try:

@@ -244,3 +244,22 @@ def test_a_home_folder_is_expanded():
 
     cfg = make_config(parse_overrides(["run_dir=~/runs/x", "games_dir=~/games"]))
     assert cfg.run_dir == str(Path.home() / "runs" / "x") and cfg.games_dir == str(Path.home() / "games")
+
+
+def test_dtype_auto_is_chosen_once_for_the_device(monkeypatch):
+    import ocsd.replay.models as models
+
+    for flags, chosen in (({"avx2"}, "float32"), ({"avx2", "amx_bf16"}, "bfloat16")):
+        monkeypatch.setattr(models, "cpu_flags", lambda flags=flags: frozenset(flags))
+        cfg = make_config({"model": "tiny", "dtype": "auto"})
+        assert cfg.dtype == chosen and cfg.to_dict()["dtype"] == chosen  # run.json records the choice
+    with pytest.raises(ConfigError, match="dtype='int8': must be float32, bfloat16, float16 or auto"):
+        make_config({"model": "tiny", "dtype": "int8"})
+
+
+def test_a_warm_starts_dtype_auto_is_chosen_the_same_way(monkeypatch):
+    import ocsd.replay.models as models
+    from training.warm_start.sft import SFTConfig
+
+    monkeypatch.setattr(models, "cpu_flags", lambda: frozenset({"avx2"}))
+    assert make_config({"model": "tiny", "dtype": "auto"}, cls=SFTConfig).dtype == "float32"

@@ -116,6 +116,18 @@ def test_changed_settings_are_named_and_nothing_destructive_is_suggested(tmp_pat
     assert (tmp_path / "global_step_1").is_dir()  # the checks delete nothing
 
 
+def test_a_resume_where_dtype_auto_chooses_otherwise_is_refused(tmp_path, tiny, monkeypatch):
+    import ocsd.replay.models as models
+
+    monkeypatch.setattr(models, "cpu_flags", lambda: frozenset({"avx2"}))
+    started = _cfg(tiny, tmp_path, dtype="auto")
+    _fake_run(tmp_path, started.to_dict())  # run.json records float32, the choice on an AVX2 CPU
+    monkeypatch.setattr(models, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    with pytest.raises(RunFolderError, match="other settings \\(dtype: 'float32' -> 'bfloat16'\\)"):
+        check_run_folder(_cfg(tiny, tmp_path, dtype="auto"))
+    assert check_run_folder(_cfg(tiny, tmp_path, dtype="float32")) is not None  # the recorded dtype resumes
+
+
 def test_location_and_progress_keys_are_not_settings():
     old = {"run_dir": "a", "games_dir": "g1", "total_steps": 5, "progress": True, "seed": 0, "gone": 1}
     new = {"run_dir": "b", "games_dir": "g2", "total_steps": 9, "progress": False, "seed": 1, "overwrite": False}

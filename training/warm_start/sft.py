@@ -48,7 +48,8 @@ class SFTConfig:
     overwrite: bool = setting("delete run_dir's checkpoints, metrics and demonstrations and start again", False)
     model: str = setting("'smollm2' (shipped GGUF), 'tiny' (random, tests), or a local Hugging Face folder", "smollm2")
     device: str = setting("'cpu', 'cuda' or 'cuda:N'", "cpu")
-    dtype: str = setting("parameter dtype: float32, bfloat16 or float16", "float32")
+    dtype: str = setting("parameter dtype: float32, bfloat16, float16 or auto (bfloat16 on a GPU and on a CPU with AMX "
+                         "or AVX512-BF16, else float32)", "float32")
     lora_rank: int = setting("LoRA rank via peft (0: full fine-tuning)", 8, NON_NEGATIVE_INT)
     lora_alpha: int = setting("LoRA alpha", 16, COUNT)
     env: str = setting("environment name (its runtime must have an expert)", "alfworld")
@@ -92,8 +93,12 @@ class SFTConfig:
                               f"has no key for")
         check_ranges(self)
         check_expert(self.env, self.expert)
+        if self.dtype == "auto":
+            from ocsd.replay.models import auto_dtype
+
+            object.__setattr__(self, "dtype", auto_dtype(self.device))
         if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ConfigError(f"dtype={self.dtype!r}: must be float32, bfloat16 or float16")
+            raise ConfigError(f"dtype={self.dtype!r}: must be float32, bfloat16, float16 or auto")
         check_common(self)
 
     @property

@@ -14,7 +14,10 @@ from ocsd.replay import models
 from ocsd.replay.models import (
     ModelFolderError,
     ModelNotFoundError,
+    auto_dtype,
     check_model_folder,
+    cpu_flags,
+    cpu_has_bf16,
     load_model,
     load_tokenizer,
     resolve_dtype,
@@ -117,6 +120,29 @@ def test_resolve_dtype():
     assert resolve_dtype(None) is None
     with pytest.raises(ValueError, match="unknown dtype 'int3'"):
         resolve_dtype("int3")
+
+
+def test_auto_dtype_takes_bfloat16_only_where_the_cpu_multiplies_it():
+    avx2 = {"fpu", "sse4_2", "avx", "avx2", "fma"}  # an AMD EPYC without AVX-512
+    sapphire_rapids = avx2 | {"avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"}
+    cooper_lake = avx2 | {"avx512f", "avx512_bf16"}
+    assert not cpu_has_bf16(avx2) and not cpu_has_bf16(avx2 | {"avx512f", "amx_tile"})
+    assert cpu_has_bf16(sapphire_rapids) and cpu_has_bf16(cooper_lake)
+    assert auto_dtype("cpu", flags=avx2) == "float32"
+    assert auto_dtype("cpu", flags=sapphire_rapids) == auto_dtype("cpu", flags=cooper_lake) == "bfloat16"
+    assert auto_dtype("cuda", flags=avx2) == auto_dtype("cuda:1", flags=avx2) == "bfloat16"
+
+
+def test_cpu_flags_read_the_kernels_list(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: X\nflags\t\t: fpu avx2 amx_bf16\n\nprocessor\t: 1\n")
+    assert cpu_flags(info) == {"fpu", "avx2", "amx_bf16"}
+    info.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")  # an ARM kernel's format: no verdict
+    assert cpu_flags(info) is None and cpu_flags(tmp_path / "absent") is None
+    mine = cpu_flags()
+    if mine is not None:  # this machine: the verdict follows its listed flags
+        assert cpu_has_bf16() == bool({"amx_bf16", "avx512_bf16"} & mine)
+        assert auto_dtype("cpu") == ("bfloat16" if cpu_has_bf16() else "float32")
 
 
 def test_tiny_model_is_seeded_and_leaves_global_rng_alone():
