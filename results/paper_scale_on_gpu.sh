@@ -63,10 +63,13 @@
 #                                                            $OUT/verl_check.tgz
 #   bash results/paper_scale_on_gpu.sh poll SECONDS [RUN...] wait up to SECONDS for the jobs and print their progress;
 #                                                            without RUN, copy what they finished into $OUT (outputs,
-#                                                            each run folder without weights: NAME.tgz); with RUNs,
-#                                                            only those runs' NAME.tgz and NAME.actor.tgz.aa, ... of
-#                                                            the last checkpoint that has its weights (58 MB for the
-#                                                            0.5B: one run per call, which brings back 8 files, 64 MB)
+#                                                            each run folder without weights: NAME.tgz) and the
+#                                                            weights of one run whose last checkpoint has not come
+#                                                            back yet, the one waiting longest, where they fit the
+#                                                            call (WEIGHTS=0: none); with RUNs, only those runs'
+#                                                            NAME.tgz and NAME.actor.tgz.aa, ... of the last
+#                                                            checkpoint that has its weights (58 MB for the 0.5B:
+#                                                            one run per call, which brings back 8 files, 64 MB)
 # Settings: TRAIN_GAMES (real: the carried release's valid_train split, 200 trials of ALFWorld's training split, with
 # valid_seen for validation; generated: the carried generated games, 88-98% of whose episodes the 0.5B warm start
 # wins), DRY (set: print each job's GPU and command instead of starting it), AFTER (a job's NAME: the job started now
@@ -91,7 +94,8 @@ RUNS_DIR=${RUNS_DIR:-/tmp/runs}
 # vLLM's start-up measures the GPU's free memory around a profiling pass and fails when another process on the GPU
 # frees or takes memory meanwhile (runs sharing a GPU do at every step, sleeping and waking their engines): on two
 # H200 shared by three runs each, 3 of 7 jobs failed so at their start
-VLLM_COLLISION="Error in memory profiling|No available memory for the cache blocks"
+VLLM_COLLISION="Error in memory profiling|No available memory for the cache blocks|\
+To serve at least one request with the model.s max seq len"
 
 bundle() {
     local dir=${1:?bundle: name the folder} work d
@@ -209,6 +213,27 @@ last_checkpoint() {  # RUN_DIR: the name of its last global_step_N (by N) whose 
     echo "$last"
 }
 
+weights_due() {  # the run whose last checkpoint's weights have not come back yet ($JOBS/weights/NAME holds the
+    # checkpoint that came back last), the one whose weights came back longest ago first; nothing when none is due
+    local r name last t best="" best_t=""
+    for r in $RUNS_DIR/*/; do
+        r=${r%/} name=$(basename "$r") last=$(last_checkpoint "${r%/}")
+        [ -n "$last" ] && [ "$(cat $JOBS/weights/$name 2>/dev/null)" != "$last" ] || continue
+        t=$(stat -c %Y $JOBS/weights/$name 2>/dev/null || echo 0)
+        [ -n "$best" ] && [ "$t" -ge "$best_t" ] && continue
+        best=$name best_t=$t
+    done
+    echo "$best"
+}
+
+pack_weights() {  # NAME: the weights of its last checkpoint into $OUT/NAME.actor.tgz.aa, ... (15 MB parts); noted in
+    local last  # $JOBS/weights/NAME
+    last=$(last_checkpoint "$RUNS_DIR/$1")
+    [ -n "$last" ] || return 0
+    (cd $RUNS_DIR && tar czf - "$1/$last/actor" | split -b 15M - "$OUT/$1.actor.tgz.")
+    mkdir -p $JOBS/weights && echo "$last" > $JOBS/weights/$1
+}
+
 case "$1" in
 zeroshot)
     shift
@@ -234,6 +259,8 @@ run)
     shift 6
     cmd=$(training "$RUNS_DIR/$name" method=$method model=$model warm_start=$warm seed=$seed lora_rank=8 \
         lora_alpha=16 lr=2e-5 save_merged=false total_steps=${STEPS:-50} save_freq=${SAVE_FREQ:-5} "$@")
+    last=$(last_checkpoint "$RUNS_DIR/$name")  # the weights it resumes from are at hand already: poll waits for newer
+    [ -z "$last" ] || [ -n "$DRY" ] || { mkdir -p $JOBS/weights && echo "$last" > $JOBS/weights/$name; }
     start "$name" "$cmd" ;;
 steps)
     name=${2:?steps NAME MODEL [key=value...]} model=${3:?steps NAME MODEL [key=value...]}
@@ -282,10 +309,20 @@ poll)
         [ -f "$r/run.json" ] && [ -f "$r/metrics.jsonl" ] || continue
         [ $# -eq 0 ] || [[ " $* " == *" $name "* ]] || continue
         (cd $RUNS_DIR && tar czf "$OUT/$name.tgz" --exclude=actor "$name")
-        [ $# -gt 0 ] || continue
-        last=$(last_checkpoint "$r")
-        [ -n "$last" ] && (cd $RUNS_DIR && tar czf - "$name/$last/actor" | split -b 15M - "$OUT/$name.actor.tgz.")
+        [ $# -eq 0 ] || pack_weights "$name"
     done
+    due=$(weights_due)  # without RUNs: one run's newer weights ride along, so a machine lost between calls loses
+    if [ $# -eq 0 ] && [ "${WEIGHTS:-1}" != 0 ] && [ -n "$due" ]; then  # only the steps since they last came back
+        before=$(cat $JOBS/weights/$due 2>/dev/null || true)
+        pack_weights "$due"
+        if [ "$(ls "$OUT" | wc -l)" -gt 8 ] || [ "$(du -cb "$OUT"/* | tail -1 | cut -f1)" -gt 62000000 ]; then
+            rm -f "$OUT/$due.actor.tgz."*  # over what a call brings back: left for a poll that names the run
+            if [ -n "$before" ]; then echo "$before" > $JOBS/weights/$due; else rm -f $JOBS/weights/$due; fi
+            echo "the weights of $due do not fit beside the rest: poll SECONDS $due brings them"
+        else
+            echo "weights: $due $(cat $JOBS/weights/$due)"
+        fi
+    fi
     ls -la "$OUT"
     { pgrep -fa "training\.(evaluate|train|sft)" || echo "nothing running"; } | cut -c1-150
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null || true ;;

@@ -170,15 +170,20 @@ def test_unknown_training_games_are_refused_before_a_job_starts(tmp_path):
     assert not (tmp_path / "jobs").exists()
 
 
-def _poll(tmp_path, *runs_named):
-    """A run folder per name with checkpoints 2, 8, 10 and 12 (12 without its weights, as while it is written), an
-    evaluation's output, and what ``poll 1 RUN...`` brings back."""
+def _poll(tmp_path, *runs_named, outputs=1, **env_extra):
+    """A run folder per name with checkpoints 2, 8, 10 and 12 (12 without its weights, as while it is written),
+    ``outputs`` evaluation outputs, and what ``poll 1 RUN...`` brings back (a fresh $OUT at each call; the run
+    folders and $JOBS are kept between calls)."""
     runs, out, jobs = tmp_path / "runs", tmp_path / "out", tmp_path / "jobs"
+    shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
-    (jobs / "out").mkdir(parents=True)
-    (jobs / "out" / "eval_x.json").write_text("{}")
+    (jobs / "out").mkdir(parents=True, exist_ok=True)
+    for i in range(outputs):
+        (jobs / "out" / f"eval_{'x' if i == 0 else i}.json").write_text("{}")
     for name in ("ocsd_a", "grpo_a"):
         for step in (2, 8, 10, 12):
+            if (runs / name / f"global_step_{step}").exists():
+                continue
             (runs / name / f"global_step_{step}" / "replay").mkdir(parents=True)
             if step < 12:
                 actor = runs / name / f"global_step_{step}" / "actor"
@@ -186,19 +191,55 @@ def _poll(tmp_path, *runs_named):
                 (actor / "trainer_state.pt").write_bytes(f"{name}{step}".encode())
         (runs / name / "run.json").write_text("{}")
         (runs / name / "metrics.jsonl").write_text("{}\n")
-    env = {"PATH": "/usr/bin:/bin", "GPUS": "1", "JOBS": str(jobs), "OUT": str(out), "RUNS_DIR": str(runs)}
+    env = {"PATH": "/usr/bin:/bin", "GPUS": "1", "JOBS": str(jobs), "OUT": str(out), "RUNS_DIR": str(runs),
+           **env_extra}
     done = subprocess.run(["bash", str(SCRIPT), "poll", "1", *runs_named], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return out
 
 
-def test_poll_without_runs_brings_outputs_and_every_run_folder_without_weights(tmp_path):
-    out = _poll(tmp_path)
+def test_poll_without_runs_brings_outputs_every_run_folder_and_one_runs_newer_weights(tmp_path):
+    out = _poll(tmp_path, WEIGHTS="0")
     assert sorted(p.name for p in out.iterdir()) == ["eval_x.json", "grpo_a.tgz", "ocsd_a.tgz"]
     with tarfile.open(out / "ocsd_a.tgz") as packed:
         names = packed.getnames()
     assert "ocsd_a/global_step_12/replay" in names and not [n for n in names if "/actor" in n]
+    # the weights of one run ride along, each run's in turn, until every run's last ones have come back
+    brought = []
+    for _ in range(3):
+        out = _poll(tmp_path)
+        brought.append(sorted(p.name for p in out.iterdir() if ".actor." in p.name))
+    assert brought == [["grpo_a.actor.tgz.aa"], ["ocsd_a.actor.tgz.aa"], []]
+    with tarfile.open(tmp_path / "out" / "ocsd_a.tgz") as packed:
+        assert not [n for n in packed.getnames() if "/actor" in n]
+    # a newer checkpoint is due again
+    actor = tmp_path / "runs" / "ocsd_a" / "global_step_12" / "actor"
+    actor.mkdir()
+    (actor / "trainer_state.pt").write_bytes(b"ocsd_a12")
+    out = _poll(tmp_path)
+    with tarfile.open(out / "ocsd_a.actor.tgz.aa") as packed:
+        assert packed.getnames()[-1] == "ocsd_a/global_step_12/actor/trainer_state.pt"
+
+
+def test_weights_that_would_pass_a_calls_eight_files_are_left_for_a_poll_naming_the_run(tmp_path):
+    out = _poll(tmp_path, outputs=6)  # 6 outputs and 2 run folders: 8 files already
+    assert len(list(out.iterdir())) == 8 and not list(out.glob("*.actor.*"))
+    for extra in (tmp_path / "jobs" / "out").glob("eval_[0-9]*.json"):
+        extra.unlink()
+    assert _poll(tmp_path).joinpath("grpo_a.actor.tgz.aa").exists()  # still due, so it comes with the next call
+
+
+def test_a_run_started_from_carried_weights_does_not_send_them_back(tmp_path):
+    runs, jobs = tmp_path / "runs", tmp_path / "jobs"
+    (runs / "ocsd_a" / "global_step_6" / "actor").mkdir(parents=True)
+    (runs / "ocsd_a" / "global_step_6" / "actor" / "trainer_state.pt").write_bytes(b"6")
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "GPUS": "1", "GPU": "0", "JOBS": str(jobs), "RUNS_DIR": str(runs),
+           "OUT": str(tmp_path)}
+    done = subprocess.run(["bash", str(SCRIPT), "run", "ocsd_a", "ocsd", "m", "w", "1"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert "started ocsd_a on GPU 0" in done.stdout, done.stderr
+    assert (jobs / "weights" / "ocsd_a").read_text().strip() == "global_step_6"
 
 
 def test_poll_with_a_run_brings_only_its_folder_and_its_last_weights_in_step_order(tmp_path):
@@ -245,6 +286,9 @@ def _stand_in_evaluate(tmp_path, outcomes):
     # vLLM's two start-up collisions are tried again; the job then ends with its own status
     ([("AssertionError: Error in memory profiling. Initial free memory 112.94 GiB", 1),
       ("ValueError: No available memory for the cache blocks. Try increasing", 1), ("done", 0)], 3, 0),
+    # a third: the engine found its KV-cache share taken by the other job's memory
+    ([("ValueError: To serve at least one request with the model's max seq len (2560), (0.03 GiB KV cache is needed, "
+       "which is larger than the available KV cache memory (0.01 GiB)", 1), ("done", 0)], 2, 0),
     # any other failure is final
     ([("torch.OutOfMemoryError: CUDA out of memory", 1), ("done", 0)], 1, 1),
     # at most START_TRIES (3 here) tries
