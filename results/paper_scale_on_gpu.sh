@@ -217,7 +217,7 @@ weights_due() {  # the run whose last checkpoint's weights have not come back ye
     # checkpoint that came back last), the one whose weights came back longest ago first; nothing when none is due
     local r name last t best="" best_t=""
     for r in $RUNS_DIR/*/; do
-        r=${r%/} name=$(basename "$r") last=$(last_checkpoint "${r%/}")
+        r=${r%/} name=$(basename "$r") last=$(last_checkpoint "$r")
         [ -n "$last" ] && [ "$(cat $JOBS/weights/$name 2>/dev/null)" != "$last" ] || continue
         t=$(stat -c %Y $JOBS/weights/$name 2>/dev/null || echo 0)
         [ -n "$best" ] && [ "$t" -ge "$best_t" ] && continue
@@ -226,12 +226,16 @@ weights_due() {  # the run whose last checkpoint's weights have not come back ye
     echo "$best"
 }
 
-pack_weights() {  # NAME: the weights of its last checkpoint into $OUT/NAME.actor.tgz.aa, ... (15 MB parts); noted in
-    local last  # $JOBS/weights/NAME
+pack_weights() {  # NAME: the weights of its last checkpoint into $OUT/NAME.actor.tgz.aa, ... (15 MB parts); prints
+    local last  # that checkpoint's name (nothing where none has weights yet)
     last=$(last_checkpoint "$RUNS_DIR/$1")
     [ -n "$last" ] || return 0
     (cd $RUNS_DIR && tar czf - "$1/$last/actor" | split -b 15M - "$OUT/$1.actor.tgz.")
-    mkdir -p $JOBS/weights && echo "$last" > $JOBS/weights/$1
+    echo "$last"
+}
+
+weights_held() {  # NAME CHECKPOINT: the weights of NAME's CHECKPOINT are off the machine (or came with it)
+    [ -z "$2" ] || { mkdir -p $JOBS/weights && echo "$2" > $JOBS/weights/$1; }
 }
 
 case "$1" in
@@ -259,8 +263,8 @@ run)
     shift 6
     cmd=$(training "$RUNS_DIR/$name" method=$method model=$model warm_start=$warm seed=$seed lora_rank=8 \
         lora_alpha=16 lr=2e-5 save_merged=false total_steps=${STEPS:-50} save_freq=${SAVE_FREQ:-5} "$@")
-    last=$(last_checkpoint "$RUNS_DIR/$name")  # the weights it resumes from are at hand already: poll waits for newer
-    [ -z "$last" ] || [ -n "$DRY" ] || { mkdir -p $JOBS/weights && echo "$last" > $JOBS/weights/$name; }
+    # the weights it resumes from are at hand already: poll waits for newer ones
+    [ -n "$DRY" ] || weights_held "$name" "$(last_checkpoint "$RUNS_DIR/$name")"
     start "$name" "$cmd" ;;
 steps)
     name=${2:?steps NAME MODEL [key=value...]} model=${3:?steps NAME MODEL [key=value...]}
@@ -309,18 +313,16 @@ poll)
         [ -f "$r/run.json" ] && [ -f "$r/metrics.jsonl" ] || continue
         [ $# -eq 0 ] || [[ " $* " == *" $name "* ]] || continue
         (cd $RUNS_DIR && tar czf "$OUT/$name.tgz" --exclude=actor "$name")
-        [ $# -eq 0 ] || pack_weights "$name"
+        [ $# -eq 0 ] || weights_held "$name" "$(pack_weights "$name")"
     done
-    due=$(weights_due)  # without RUNs: one run's newer weights ride along, so a machine lost between calls loses
-    if [ $# -eq 0 ] && [ "${WEIGHTS:-1}" != 0 ] && [ -n "$due" ]; then  # only the steps since they last came back
-        before=$(cat $JOBS/weights/$due 2>/dev/null || true)
-        pack_weights "$due"
+    # without RUNs: one run's newer weights ride along, so a machine lost between calls loses only the steps since
+    if [ $# -eq 0 ] && [ "${WEIGHTS:-1}" != 0 ] && due=$(weights_due) && [ -n "$due" ]; then  # they last came back
+        last=$(pack_weights "$due")
         if [ "$(ls "$OUT" | wc -l)" -gt 8 ] || [ "$(du -cb "$OUT"/* | tail -1 | cut -f1)" -gt 62000000 ]; then
             rm -f "$OUT/$due.actor.tgz."*  # over what a call brings back: left for a poll that names the run
-            if [ -n "$before" ]; then echo "$before" > $JOBS/weights/$due; else rm -f $JOBS/weights/$due; fi
             echo "the weights of $due do not fit beside the rest: poll SECONDS $due brings them"
         else
-            echo "weights: $due $(cat $JOBS/weights/$due)"
+            weights_held "$due" "$last" && echo "weights: $due $last"
         fi
     fi
     ls -la "$OUT"

@@ -255,10 +255,6 @@ class TrainConfig:
             object.__setattr__(self, "max_steps", get_environment(self.env).max_steps)
         if self.invalid_action_penalty is None:  # the environment's (SDAR's) penalty
             object.__setattr__(self, "invalid_action_penalty", get_environment(self.env).invalid_action_penalty)
-        if self.dtype == "auto":  # chosen once here, so run.json records it and a resume compares it
-            from ocsd.replay.models import auto_dtype
-
-            object.__setattr__(self, "dtype", auto_dtype(self.device))
         check_ranges(self)
         check_env_settings(self)
         known = get_environment(self.env).task_types
@@ -267,7 +263,6 @@ class TrainConfig:
             what = f"unknown task type(s) {', '.join(unknown)}" if unknown else "names no task type"
             raise ConfigError(f"task_types={self.task_types!r}: {what}; {self.env} has {', '.join(known) or 'none'}")
         checks = [
-            ("dtype", self.dtype in ("float32", "bfloat16", "float16"), "must be float32, bfloat16, float16 or auto"),
             ("kl_type", self.kl_type in ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"),
              "must be a verl KL estimator"),
             ("reward_mode", self.reward_mode in REWARD_MODES, f"must be one of {', '.join(REWARD_MODES)}"),
@@ -368,8 +363,10 @@ def check_env_settings(config: Any) -> None:
 
 
 def check_common(config: Any) -> None:
-    """The checks every run config shares: ``device``, ``model``, ``data`` and the folders ``run_dir`` and
-    ``games_dir``.
+    """The checks every run config shares: ``device``, ``dtype``, ``model``, ``data`` and the folders ``run_dir``
+    and ``games_dir``. A frozen config's ``dtype=auto`` is replaced here by the dtype it stands for on ``device``
+    (:func:`ocsd.replay.models.auto_dtype`), once, so that what the run records and a resume compares is the dtype
+    chosen.
 
     Raises
     ------
@@ -379,6 +376,12 @@ def check_common(config: Any) -> None:
     why = device_problem(config.device)
     if why is not None:
         raise ConfigError(f"device={config.device!r}: {why}")
+    if config.dtype == "auto":
+        from ocsd.replay.models import auto_dtype
+
+        object.__setattr__(config, "dtype", auto_dtype(config.device))
+    if config.dtype not in ("float32", "bfloat16", "float16"):
+        raise ConfigError(f"dtype={config.dtype!r}: must be float32, bfloat16, float16 or auto")
     why = model_problem(config.model)
     if why is not None:
         raise ConfigError(f"model: {why}")

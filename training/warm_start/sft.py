@@ -93,12 +93,6 @@ class SFTConfig:
                               f"has no key for")
         check_ranges(self)
         check_expert(self.env, self.expert)
-        if self.dtype == "auto":
-            from ocsd.replay.models import auto_dtype
-
-            object.__setattr__(self, "dtype", auto_dtype(self.device))
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ConfigError(f"dtype={self.dtype!r}: must be float32, bfloat16, float16 or auto")
         check_common(self)
 
     @property
