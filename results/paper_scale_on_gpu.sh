@@ -64,8 +64,10 @@
 #   bash results/paper_scale_on_gpu.sh poll SECONDS [RUN...] wait up to SECONDS for the jobs and print their progress;
 #                                                            without RUN, copy what they finished into $OUT (outputs,
 #                                                            each run folder without weights: NAME.tgz) and the
-#                                                            weights of one run whose last checkpoint has not come
-#                                                            back yet, the one waiting longest, where they fit the
+#                                                            weights of one run started here whose last checkpoint
+#                                                            has not come back yet (runs carried in but not started
+#                                                            stay where they came from), the one waiting longest,
+#                                                            where they fit the
 #                                                            call (WEIGHTS=0: none); with RUNs, only those runs'
 #                                                            NAME.tgz and NAME.actor.tgz.aa, ... of the last
 #                                                            checkpoint that has its weights (58 MB for the 0.5B:
@@ -213,12 +215,13 @@ last_checkpoint() {  # RUN_DIR: the name of its last global_step_N (by N) whose 
     echo "$last"
 }
 
-weights_due() {  # the run whose last checkpoint's weights have not come back yet ($JOBS/weights/NAME holds the
-    # checkpoint that came back last), the one whose weights came back longest ago first; nothing when none is due
+weights_due() {  # the run started here whose last checkpoint's weights have not come back yet ($JOBS/weights/NAME
+    # holds the checkpoint that came back last, or that it started from), the one whose weights came back longest
+    # ago first; nothing when none is due (a run carried in the bundle but not started here never is)
     local r name last t best="" best_t=""
     for r in $RUNS_DIR/*/; do
         r=${r%/} name=$(basename "$r") last=$(last_checkpoint "$r")
-        [ -n "$last" ] && [ "$(cat $JOBS/weights/$name 2>/dev/null)" != "$last" ] || continue
+        [ -e "$JOBS/weights/$name" ] && [ -n "$last" ] && [ "$(cat "$JOBS/weights/$name")" != "$last" ] || continue
         t=$(stat -c %Y $JOBS/weights/$name 2>/dev/null || echo 0)
         [ -n "$best" ] && [ "$t" -ge "$best_t" ] && continue
         best=$name best_t=$t
@@ -234,8 +237,8 @@ pack_weights() {  # NAME: the weights of its last checkpoint into $OUT/NAME.acto
     echo "$last"
 }
 
-weights_held() {  # NAME CHECKPOINT: the weights of NAME's CHECKPOINT are off the machine (or came with it)
-    [ -z "$2" ] || { mkdir -p $JOBS/weights && echo "$2" > $JOBS/weights/$1; }
+weights_held() {  # NAME CHECKPOINT: the weights of NAME's CHECKPOINT are off the machine (or came with it; an
+    mkdir -p $JOBS/weights && echo "$2" > $JOBS/weights/$1  # empty CHECKPOINT: a run started from none)
 }
 
 case "$1" in

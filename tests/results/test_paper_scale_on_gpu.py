@@ -170,14 +170,19 @@ def test_unknown_training_games_are_refused_before_a_job_starts(tmp_path):
     assert not (tmp_path / "jobs").exists()
 
 
-def _poll(tmp_path, *runs_named, outputs=1, **env_extra):
+def _poll(tmp_path, *runs_named, outputs=1, started=("ocsd_a", "grpo_a"), **env_extra):
     """A run folder per name with checkpoints 2, 8, 10 and 12 (12 without its weights, as while it is written),
     ``outputs`` evaluation outputs, and what ``poll 1 RUN...`` brings back (a fresh $OUT at each call; the run
-    folders and $JOBS are kept between calls)."""
+    folders and $JOBS are kept between calls). The runs in ``started`` were started on the machine from no
+    checkpoint (as ``run`` records them); the others came in the bundle and were not started."""
     runs, out, jobs = tmp_path / "runs", tmp_path / "out", tmp_path / "jobs"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
     (jobs / "out").mkdir(parents=True, exist_ok=True)
+    (jobs / "weights").mkdir(exist_ok=True)
+    for name in started:
+        if not (jobs / "weights" / name).exists():
+            (jobs / "weights" / name).write_text("\n")
     for i in range(outputs):
         (jobs / "out" / f"eval_{'x' if i == 0 else i}.json").write_text("{}")
     for name in ("ocsd_a", "grpo_a"):
@@ -240,6 +245,24 @@ def test_a_run_started_from_carried_weights_does_not_send_them_back(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert "started ocsd_a on GPU 0" in done.stdout, done.stderr
     assert (jobs / "weights" / "ocsd_a").read_text().strip() == "global_step_6"
+
+
+def test_weights_of_a_run_carried_in_but_not_started_never_ride_along(tmp_path):
+    """A bundle carries every run of the series; those the machine does not train stay where they came from."""
+    brought = [sorted(p.name for p in _poll(tmp_path, started=("ocsd_a",)).iterdir() if ".actor." in p.name)
+               for _ in range(2)]
+    assert brought == [["ocsd_a.actor.tgz.aa"], []]
+
+
+def test_a_run_started_from_no_checkpoint_has_its_first_weights_brought(tmp_path):
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "GPUS": "1", "GPU": "0", "JOBS": str(tmp_path / "jobs"),
+           "RUNS_DIR": str(tmp_path / "runs"), "OUT": str(tmp_path)}
+    done = subprocess.run(["bash", str(SCRIPT), "run", "grpo_a", "grpo", "m", "w", "1"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert "started grpo_a on GPU 0" in done.stdout, done.stderr
+    assert (tmp_path / "jobs" / "weights" / "grpo_a").read_text().strip() == ""
+    out = _poll(tmp_path, started=())
+    assert (out / "grpo_a.actor.tgz.aa").exists() and not (out / "ocsd_a.actor.tgz.aa").exists()
 
 
 def test_poll_with_a_run_brings_only_its_folder_and_its_last_weights_in_step_order(tmp_path):
