@@ -31,6 +31,8 @@ from training.envs.runtime import GENERATED, task_type_list
 
 ENGINES = ("hf", "vllm")
 """Rollout engines of the ``rollout_engine`` setting (:mod:`training.rollout.engines`)."""
+OLD_LOGPROBS = ("recompute", "rollout")
+"""Sources of the old policy's log-probs (the ``old_logprobs`` setting)."""
 INSTALL_HINT = ("vLLM is not installed here; on a GPU machine without network install it with "
                 "`bash scripts/gpu_stack.sh install PARTS_DIR TARGET` (docs/gpus.md, 'Fast rollouts with vLLM'), "
                 "or use rollout_engine=hf")
@@ -188,6 +190,13 @@ class TrainConfig:
                                   "the engine as soon as its observation is back (false: turn by turn; the "
                                   "episodes are the same either way; pipelined measured 8-17% slower on an H200 "
                                   "with 12 environment workers, docs/gpus.md 'Fast rollouts with vLLM')", False)
+    old_logprobs: str = _doc("where the old policy's log-probs come from: 'recompute' (a forward pass over every step "
+                             "after the rollout, as verl does) or 'rollout' (rollout_engine=hf: the log-probs of the "
+                             "sampled tokens under the raw logits that generated them, the same policy's, so the "
+                             "pass is saved; they differ from a recomputation by the rounding of cached decoding, "
+                             "and a generate call holds its logits: generation_batch x max_response_length x "
+                             "vocabulary floats)",
+                             "recompute")
     # optimisation
     total_steps: int = _doc("training steps", 150, COUNT)
     lr: float = _doc("AdamW learning rate", 1e-6, POSITIVE)
@@ -271,6 +280,10 @@ class TrainConfig:
             ("loss_agg_mode", self.loss_agg_mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
                                                       "seq-mean-token-sum-norm"), "must be a verl aggregation"),
             ("rollout_engine", self.rollout_engine in ENGINES, f"must be one of {', '.join(ENGINES)}"),
+            ("old_logprobs", self.old_logprobs in OLD_LOGPROBS, f"must be one of {', '.join(OLD_LOGPROBS)}"),
+            ("old_logprobs", self.old_logprobs != "rollout" or self.rollout_engine == "hf",
+             f"takes the rollout's log-probs only with rollout_engine=hf, not {self.rollout_engine} (whose "
+             "engine computes them apart from the trainer's model); use old_logprobs=recompute"),
             ("rollout_pipeline", not self.rollout_pipeline or (self.rollout_engine == "vllm" and self.env_workers > 0),
              f"pipelines episodes only with rollout_engine=vllm and env_workers > 0, not with rollout_engine="
              f"{self.rollout_engine} and env_workers={self.env_workers}; change them or leave rollout_pipeline off"),

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ocsd.replay.prompts import PromptRenderer
-from ocsd.replay.scoring import ReplayScorer, response_logprobs
+from ocsd.replay.scoring import ReplayScorer, padded_rows, response_logprobs
 from training.config import TrainConfig
 from training.rollout.loop import GenerationSettings, Trajectory, rollout, timed
 
@@ -204,6 +204,8 @@ class Policy:
         self._engine = None
         self._engine_stale = False
         self._env = None  # the batched environment kept between rollouts (env_workers > 0)
+        # old_logprobs=rollout: (prompt, response) -> the log-probs that sampled it, under the weights as they are
+        self._rollout_logprobs: dict[tuple[tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}
 
     @property
     def engine(self):
@@ -228,8 +230,10 @@ class Policy:
             self._env.reload(list(specs), max_steps=self.cfg.max_steps, seed=env_seed, wait=False)
 
     def weights_updated(self) -> None:
-        """Say that the model's weights changed: the engine receives them before the next rollout."""
+        """Say that the model's weights changed: the engine receives them before the next rollout, and the
+        rollout's log-probs are no longer the policy's."""
         self._engine_stale = True
+        self._rollout_logprobs.clear()
 
     def close(self) -> None:
         """Free the rollout engine (a vLLM engine holds GPU memory) and stop the environment workers."""
@@ -252,10 +256,11 @@ class Policy:
         tasks = [{"uid": f"s{step}_t{i // cfg.group_size}_r{i % cfg.group_size}",
                   "group_uid": f"s{step}_t{i // cfg.group_size}"} for i in range(len(specs))]
         return self.play(specs, tasks, self.settings, env_seed=step, sample_seed=int(self.rng(step, 1).integers(2**31)),
-                         desc=desc, timings=timings)
+                         desc=desc, timings=timings, keep_logprobs=cfg.old_logprobs == "rollout")
 
     def play(self, specs, tasks: list[dict], settings: GenerationSettings, *, env_seed: int, sample_seed: int,
-             desc: str = "rollout", timings: dict[str, float] | None = None) -> list[Trajectory]:
+             desc: str = "rollout", timings: dict[str, float] | None = None,
+             keep_logprobs: bool = False) -> list[Trajectory]:
         """One episode per task of ``specs`` in batched environments, decoded with ``settings`` by the
         rollout engine.
 
@@ -274,6 +279,11 @@ class Policy:
         timings : dict, optional
             Seconds added to ``time/rollout_generate``, ``time/rollout_env``, ``time/rollout_render`` and
             ``time/rollout_sync`` (pushing weights into the engine, waking it and putting it to sleep).
+        keep_logprobs : bool
+            Keep the log-probs of the sampled tokens (the Hugging Face engine's
+            :meth:`~training.rollout.engines.HFEngine.scored_responder`), which :meth:`logprobs` then returns
+            for these episodes' steps until the weights change; the rollouts of :meth:`collect` do with
+            ``old_logprobs=rollout``.
         """
         cfg = self.cfg
         timings = {} if timings is None else timings
@@ -282,7 +292,11 @@ class Policy:
             if self._engine_stale:
                 engine.sync(self.model)
                 self._engine_stale = False
-            respond = engine.responder(self.tokenizer, settings, sample_seed)
+            self._rollout_logprobs.clear()
+            if keep_logprobs:
+                respond = engine.scored_responder(self.tokenizer, settings, sample_seed, self._rollout_logprobs)
+            else:
+                respond = engine.responder(self.tokenizer, settings, sample_seed)
             stream = (engine.stream(self.tokenizer, settings, sample_seed)
                       if cfg.rollout_pipeline and cfg.env_workers > 0 else None)
         env = None
@@ -306,7 +320,15 @@ class Policy:
                 engine.sleep()
 
     def logprobs(self, pairs, model=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Padded float32 log-probs (S, T) and mask of each (prompt ids, response ids) pair, on the CPU."""
+        """Padded float32 log-probs (S, T) and mask of each (prompt ids, response ids) pair, on the CPU.
+
+        Under the policy's own weights (``model`` None) and with ``old_logprobs=rollout``, pairs that the last
+        rollout sampled since the weights last changed take the log-probs that sampled them; when all do, no
+        forward pass runs."""
+        if model is None and pairs and self._rollout_logprobs:
+            kept = [self._rollout_logprobs.get((tuple(p), tuple(r))) for p, r in pairs]
+            if all(lp is not None for lp in kept):
+                return padded_rows(kept, device="cpu")
         lp, mask = response_logprobs(model if model is not None else self.model, pairs, padded=True,
                                      token_budget=self.cfg.scoring_token_budget)
         return lp.float().cpu(), mask.cpu()

@@ -69,6 +69,21 @@ class HFEngine:
         torch.manual_seed(seed)
         return lambda active, prompts: generate(self.model, tokenizer, prompts, settings)
 
+    def scored_responder(self, tokenizer, settings: GenerationSettings, seed: int,
+                         scores: dict[tuple[tuple[int, ...], tuple[int, ...]], torch.Tensor]) -> Responder:
+        """:meth:`responder` that also keeps each response's token log-probs under the model's raw logits in
+        ``scores``, keyed by ``(prompt ids, response ids)`` as tuples: the old-policy log-probs of those pairs
+        while the weights stay as they are (``old_logprobs=rollout``)."""
+        torch.manual_seed(seed)
+
+        def respond(active: Sequence[int], prompts: Sequence[list[int]]) -> list[list[int]]:
+            logprobs: list[torch.Tensor] = []
+            responses = generate(self.model, tokenizer, prompts, settings, logprobs=logprobs)
+            scores.update({(tuple(p), tuple(r)): lp for p, r, lp in zip(prompts, responses, logprobs)})
+            return responses
+
+        return respond
+
     def stream(self, tokenizer, settings: GenerationSettings, seed: int) -> None:
         """None: ``generate`` decodes whole batches, so a pipelined rollout would only split them."""
         return None

@@ -103,12 +103,24 @@ def trim_response(ids: list[int], stops: set[int], pad: int | None) -> list[int]
     return out or ids[:1]
 
 
+def sampled_logprobs(logits: Sequence[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
+    """Float32 log-probs ``(B, T)`` of the sampled ``tokens`` ``(B, T)`` under the raw ``logits`` of each
+    decoding step (``T`` tensors ``(B, V)``, before temperature and top-p: the policy's own distribution, which
+    the update's log-probs are)."""
+    cols = [torch.log_softmax(step.float(), dim=-1).gather(-1, tokens[:, t:t + 1].to(step.device))
+            for t, step in enumerate(logits)]
+    return torch.cat(cols, dim=1).cpu() if cols else torch.zeros(tokens.shape, dtype=torch.float32)
+
+
 @torch.inference_mode()
-def generate(model, tokenizer, prompts: Sequence[list[int]], settings: GenerationSettings) -> list[list[int]]:
+def generate(model, tokenizer, prompts: Sequence[list[int]], settings: GenerationSettings, *,
+             logprobs: list[torch.Tensor] | None = None) -> list[list[int]]:
     """Sample one response per prompt (left-padded batches); responses end at the first stop token.
 
     Randomness comes from torch's global generator: seed it (``torch.manual_seed``) before a rollout
-    for reproducible samples.
+    for reproducible samples. Given a list ``logprobs``, the float32 log-prob of each response token under the
+    model's raw logits (:func:`sampled_logprobs`) is appended to it, a tensor per response in prompt order; the
+    logits of a batch are held until it ends (``settings.batch`` x ``max_new_tokens`` x vocabulary floats).
     """
     device = next(model.parameters()).device
     stops = stop_ids(tokenizer)
@@ -126,9 +138,15 @@ def generate(model, tokenizer, prompts: Sequence[list[int]], settings: Generatio
                       pad_token_id=pad)
         if settings.do_sample:
             kwargs.update(temperature=settings.temperature, top_p=settings.top_p, top_k=0)
+        if logprobs is not None:
+            kwargs.update(output_logits=True, return_dict_in_generate=True)
         gen = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
-        for row in gen[:, width:].tolist():
+        new = (gen.sequences if logprobs is not None else gen)[:, width:]
+        scores = sampled_logprobs(gen.logits, new) if logprobs is not None else None
+        for r, row in enumerate(new.tolist()):
             out.append(trim_response(row, set(stops), pad))
+            if scores is not None:
+                logprobs.append(scores[r, :len(out[-1])].clone())
     return out
 
 

@@ -19,12 +19,12 @@ Modules:
 - :mod:`~ocsd.replay.scoring.packed`: the packed prefix-tree engine;
 - :mod:`~ocsd.replay.scoring.cache`: the prefix-cache engine;
 - :mod:`~ocsd.replay.scoring.scorer`: :class:`ReplayScorer`, :func:`score_views`,
-  :func:`response_logprobs`.
+  :func:`response_logprobs`, :func:`padded_rows`.
 """
 
 from ocsd.replay.scoring.planning import ScoreItem, ScoringError, default_token_budget
 from ocsd.replay.scoring.reference import sequence_logprobs
-from ocsd.replay.scoring.scorer import PendingScores, ReplayScorer, response_logprobs, score_views
+from ocsd.replay.scoring.scorer import PendingScores, ReplayScorer, padded_rows, response_logprobs, score_views
 
 __all__ = [
     "PendingScores",
@@ -32,6 +32,7 @@ __all__ = [
     "ScoreItem",
     "ScoringError",
     "default_token_budget",
+    "padded_rows",
     "response_logprobs",
     "score_views",
     "sequence_logprobs",

@@ -21,7 +21,7 @@ from ocsd.replay.scoring.planning import (
     validate_items,
 )
 
-__all__ = ["PendingScores", "ReplayScorer", "response_logprobs", "score_views"]
+__all__ = ["PendingScores", "ReplayScorer", "padded_rows", "response_logprobs", "score_views"]
 
 
 class ReplayScorer:
@@ -215,12 +215,16 @@ def response_logprobs(
             for row, lp in score_cache_batch(model, batch, device):
                 results[row.item] = lp
             bar.update(len(batch))
-    if not padded:
-        return results
-    rmax = max((len(r) for _, r in pairs), default=0)
-    out = torch.zeros((len(pairs), rmax), dtype=torch.float32, device=device)
-    mask = torch.zeros((len(pairs), rmax), dtype=torch.bool, device=device)
-    for i, lp in enumerate(results):
-        out[i, : len(lp)] = lp
-        mask[i, : len(lp)] = True
+    return padded_rows(results, device) if padded else results
+
+
+def padded_rows(rows: Sequence[torch.Tensor], device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of several lengths as a zero-padded float32 ``(S, T)`` tensor on ``device`` and its mask (True where
+    a row has a value); the rows' graph is kept (a differentiable row stays differentiable)."""
+    width = max((len(r) for r in rows), default=0)
+    out = torch.zeros((len(rows), width), dtype=torch.float32, device=device)
+    mask = torch.zeros((len(rows), width), dtype=torch.bool, device=device)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+        mask[i, : len(row)] = True
     return out, mask
