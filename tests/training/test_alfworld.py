@@ -258,13 +258,11 @@ def test_batch_env_reload_in_the_background(generated):
             assert [(o.text, o.admissible) for o in fresh.reset()] == [(o.text, o.admissible) for o in first]
 
 
-def test_fast_text_generation_changes_nothing(generated, monkeypatch):
-    """Observations and admissible commands are the same with TextWorld's own template parsing and context
-    copies as with the fast ones, over whole episodes of every task type (wins, invalid and no-progress
+def test_fast_text_generation_changes_nothing(generated):
+    """Observations and admissible commands are the same with TextWorld's own template parsing, context
+    copies and query parsing as with the fast ones (all, and each part left out alone), over whole episodes of every task type (wins, invalid and no-progress
     steps, a random admissible action at each step before the expert's plan)."""
     import random
-
-    import textworld.envs.pddl.textgen as textgen
 
     from training.envs.alfworld import engine as alfworld_engine
 
@@ -289,9 +287,56 @@ def test_fast_text_generation_changes_nothing(generated, monkeypatch):
 
     alfworld_engine.fast_text_generation()
     fast = [trace(s, i) for i, s in enumerate(specs)]
-    monkeypatch.setattr(textgen, "_parse_and_convert", alfworld_engine._ORIGINALS["parse"])
-    monkeypatch.setattr(textgen, "copy_context", alfworld_engine._ORIGINALS["copy_context"])
-    assert [trace(s, i) for i, s in enumerate(specs)] == fast
+    with alfworld_engine.textworld_own_text_generation():
+        assert [trace(s, i) for i, s in enumerate(specs)] == fast
+    for part in alfworld_engine.FAST_PARTS:
+        others = tuple(p for p in alfworld_engine.FAST_PARTS if p != part)
+        with alfworld_engine.textworld_own_text_generation(keep=others):
+            assert [trace(s, i) for i, s in enumerate(specs[:2])] == fast[:2], part
+    assert [trace(s, i) for i, s in enumerate(specs[:1])] == fast[:1]  # the fast parts are back
+
+
+def test_textworld_own_text_generation_restores_and_refuses_unknown_parts():
+    """The block puts TextWorld's own functions in place and the fast ones back afterwards; an unknown part
+    is refused by name."""
+    import textworld.envs.pddl.textgen as textgen
+    from textworld.logic import Rule
+
+    from training.envs.alfworld import engine as alfworld_engine
+
+    alfworld_engine.fast_text_generation()
+    fast = textgen._parse_and_convert, textgen.copy_context, Rule.__dict__["parse_conjunctive_query"]
+    with alfworld_engine.textworld_own_text_generation(keep=("contexts",)):
+        assert textgen._parse_and_convert is alfworld_engine._ORIGINALS["templates"]
+        assert textgen.copy_context is fast[1]
+        assert Rule.__dict__["parse_conjunctive_query"] is alfworld_engine._ORIGINALS["queries"]
+    assert (textgen._parse_and_convert, textgen.copy_context, Rule.__dict__["parse_conjunctive_query"]) == fast
+    with pytest.raises(ValueError, match="queriez"):
+        with alfworld_engine.textworld_own_text_generation(keep=("queriez",)):
+            pass
+
+
+def test_cached_query_is_the_parse_of_its_string():
+    """A cached conjunctive query equals TextWorld's own parse of the same string, is shared between calls,
+    and a subclass of ``Rule`` is parsed by TextWorld's own function, past the cache."""
+    from textworld.logic import Rule
+
+    from training.envs.alfworld import engine as alfworld_engine
+
+    alfworld_engine.fast_text_generation()
+    expr = "receptacleatlocation(r:receptacle, lend:location) & atlocation(a:agent, lend:location)"
+    with alfworld_engine.textworld_own_text_generation():
+        own = Rule.parse_conjunctive_query(expr)
+    cached = Rule.parse_conjunctive_query(expr)
+    assert cached is Rule.parse_conjunctive_query(expr)
+    assert (cached.name, cached.preconditions, cached.postconditions) == (own.name, own.preconditions,
+                                                                          own.postconditions)
+
+    class Sub(Rule):
+        pass
+
+    sub = Sub.parse_conjunctive_query(expr)
+    assert sub is not cached and sub.preconditions == own.preconditions
 
 
 @pytest.mark.parametrize("workers", [0, 2])
