@@ -260,8 +260,9 @@ def test_batch_env_reload_in_the_background(generated):
 
 def test_fast_text_generation_changes_nothing(generated):
     """Observations and admissible commands are the same with TextWorld's own template parsing, context
-    copies and query parsing as with the fast ones (all, and each part left out alone), over whole episodes of every task type (wins, invalid and no-progress
-    steps, a random admissible action at each step before the expert's plan)."""
+    copies and query parsing as with the fast ones (all, and each part left out alone), over whole episodes of
+    every task type (wins, invalid and no-progress steps, a random admissible action at each step before the
+    expert's plan)."""
     import random
 
     from training.envs.alfworld import engine as alfworld_engine

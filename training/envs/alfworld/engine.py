@@ -136,7 +136,6 @@ def fast_text_generation() -> None:
     _FAST.update(templates=parse, contexts=copy_context, queries=Rule.__dict__["parse_conjunctive_query"])
 
 
-
 def _install(part: str, fn) -> None:
     import textworld.envs.pddl.textgen as textgen
 
