@@ -213,6 +213,33 @@ def distillation_term(spec: MethodSpec, logp: torch.Tensor, teacher_logp: torch.
     return coef * aux_loss, aux_loss
 
 
+def inert_rows(spec: MethodSpec, rows: UpdateBatch, settings: LossSettings) -> np.ndarray:
+    """Rows whose loss is zero whatever the weights, so that they add nothing to any gradient (bool, one per row).
+
+    A row is inert when no term of the loss can reach it: the method has no auxiliary (distillation) loss, no KL
+    term applies (``kl_coef`` 0 or no reference log-probs), and the method has no policy-gradient term or the
+    row's advantage is 0 on every response token. verl's clipped surrogate is a multiple of the advantage, so such
+    a row's surrogate and its gradient are exactly 0; the loss normalisers (the mini-batch's token and row counts)
+    do not depend on which rows are computed. In a group whose episodes all end alike (and without invalid-action
+    penalties) every row is inert.
+    """
+    n = len(rows.prompt_ids)
+    if spec.aux_loss is not None or (settings.kl_coef > 0 and rows.ref_logp is not None):
+        return np.zeros(n, dtype=bool)
+    if not spec.policy_gradient:
+        return np.ones(n, dtype=bool)
+    carries = ((rows.advantages != 0) & rows.mask.bool()).any(dim=1)
+    return (~carries).cpu().numpy()
+
+
+def _zero_missing_gradients(optimizer: torch.optim.Optimizer) -> None:
+    """Zero gradients for the optimized parameters that have none, as a backward pass over inert rows leaves them
+    (AdamW then still moves them by its momentum and weight decay)."""
+    for p in optimized_parameters(optimizer):
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+
+
 def ppo_update(
     model,
     optimizer: torch.optim.Optimizer,
@@ -225,9 +252,17 @@ def ppo_update(
     mini_batch_size: int = 0,
     rng: np.random.Generator | None = None,
     scheduler=None,
+    skip_inert: bool = True,
 ) -> dict[str, float]:
     """Run ``epochs`` passes over the batch, one AdamW step per mini-batch (:func:`mini_batch_parts`);
-    return the metrics reduced by :func:`reduce_metrics`, with ``actor/optimizer_steps``.
+    return the metrics reduced by :func:`reduce_metrics`, with ``actor/optimizer_steps`` and ``actor/inert_rows``
+    (the share of rows that :func:`inert_rows` finds without gradient).
+
+    With ``skip_inert`` (the default) inert rows get no forward or backward pass: the gradients, and so the
+    updated weights, are those of the full computation up to float rounding (micro-batches are formed from the
+    remaining rows). A mini-batch of inert rows only still takes its optimizer step, on zero gradients. The ratio
+    and clipping statistics (``actor/ratio_*``, ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_loss``) are
+    then those of the rows that carry a gradient, and absent when no row does.
 
     Each mini-batch's loss is the verl aggregation over all its tokens: micro-batches pass the
     mini-batch token (or sequence) count to ``agg_loss`` so that gradient accumulation gives the
@@ -245,6 +280,7 @@ def ppo_update(
     n = len(rows.prompt_ids)
     rng = rng if rng is not None else np.random.default_rng(0)
     lengths = [len(p) + len(r) for p, r in zip(rows.prompt_ids, rows.response_ids)]
+    inert = inert_rows(spec, rows, settings) if skip_inert else np.zeros(n, dtype=bool)
     history: dict[str, list[float]] = {}
     model.train()
     n_steps = 0
@@ -256,8 +292,9 @@ def ppo_update(
                 dp_size=1, batch_num_tokens=int(rows.mask[part].sum()),
                 global_batch_size=int((rows.mask[part].sum(dim=1) > 0).sum()))
             optimizer.zero_grad(set_to_none=True)
-            for group in micro_batches([lengths[i] for i in part], settings.micro_batch_tokens):
-                idx = [part[g] for g in group]
+            live = [i for i in part if not inert[i]]
+            for group in micro_batches([lengths[i] for i in live], settings.micro_batch_tokens):
+                idx = [live[g] for g in group]
                 pairs = [(rows.prompt_ids[i], rows.response_ids[i]) for i in idx]
                 logp, _ = response_logprobs(model, pairs, grad=True, padded=True,
                                             token_budget=max(settings.micro_batch_tokens, max(lengths)))
@@ -267,6 +304,8 @@ def ppo_update(
                 loss.backward()
                 for k, v in metrics.items():
                     history.setdefault(k, []).append(v)
+            if len(live) < len(part):
+                _zero_missing_gradients(optimizer)
             norm = torch.nn.utils.clip_grad_norm_(optimized_parameters(optimizer), settings.grad_clip)
             if not torch.isfinite(norm):
                 raise FloatingPointError(f"gradient norm is {norm.item()} (non-finite) in the policy update")
@@ -280,4 +319,5 @@ def ppo_update(
                 scheduler.step()
             history.setdefault("actor/grad_norm", []).append(float(norm))
     model.eval()
-    return {**reduce_metrics(history), "actor/optimizer_steps": float(n_steps)}
+    return {**reduce_metrics(history), "actor/optimizer_steps": float(n_steps),
+            "actor/inert_rows": float(inert.mean()) if n else 0.0}

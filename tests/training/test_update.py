@@ -17,6 +17,7 @@ from ocsd.replay.scoring import response_logprobs  # noqa: E402
 from training.update import (  # noqa: E402
     LossSettings,
     UpdateBatch,
+    inert_rows,
     loss_actor_config,
     mini_batch_parts,
     non_finite_parameter,
@@ -174,3 +175,79 @@ def test_trainer_stops_before_a_checkpoint_of_non_finite_weights(tmp_path, alfwo
         Trainer(cfg, games=GameSource.from_config(cfg)).fit()
     assert validate_path(run / "global_step_1") == []
     assert not (run / "global_step_2").exists()
+
+
+def _half_inert(model, n: int = 8) -> UpdateBatch:
+    """Rows whose advantages are random on odd rows and 0 on even rows (random mask lengths)."""
+    rows = _rows(model, n)
+    gen = torch.Generator().manual_seed(11)
+    adv = torch.randn(rows.advantages.shape, generator=gen) * rows.mask
+    adv[::2] = 0.0
+    return UpdateBatch(rows.prompt_ids, rows.response_ids, rows.old_logp, adv, rows.mask)
+
+
+def test_inert_rows_are_those_no_loss_term_reaches():
+    model = tiny_model(vocab_size=100, seed=0)
+    rows = _half_inert(model)
+    no_kl = LossSettings(kl_coef=0.0)
+    expected = np.array([i % 2 == 0 for i in range(8)])
+    for method in ("grpo", "ocsd", "rlsd"):
+        assert np.array_equal(inert_rows(get_method(method), rows, no_kl), expected), method
+    # the auxiliary distillation loss reaches every row, with or without a policy-gradient term
+    for method in ("sdar", "opsd", "grpo_opsd"):
+        assert not inert_rows(get_method(method), rows, no_kl).any(), method
+    # a KL term reaches every row once there are reference log-probs; without them it does not apply
+    with_ref = UpdateBatch(rows.prompt_ids, rows.response_ids, rows.old_logp, rows.advantages, rows.mask,
+                           ref_logp=rows.old_logp.clone())
+    assert not inert_rows(get_method("grpo"), with_ref, LossSettings(kl_coef=0.01)).any()
+    assert np.array_equal(inert_rows(get_method("grpo"), rows, LossSettings(kl_coef=0.01)), expected)
+    # an advantage outside the response mask does not count
+    masked_out = rows.advantages.clone()
+    masked_out[0, ~rows.mask[0]] = 3.0
+    moved = UpdateBatch(rows.prompt_ids, rows.response_ids, rows.old_logp, masked_out, rows.mask)
+    assert inert_rows(get_method("grpo"), moved, no_kl)[0]
+
+
+@pytest.mark.parametrize("method, size, epochs", [("grpo", 0, 1), ("grpo", 2, 2), ("ocsd", 4, 1)])
+def test_skipping_inert_rows_updates_the_weights_as_the_full_computation(method, size, epochs):
+    """Fresh random advantages on half of the rows: the weights after the update with inert rows skipped are those
+    of computing every row, also when a mini-batch holds inert rows only (its AdamW step on zero gradients still
+    moves the weights by momentum and weight decay). In float64, so that AdamW's division by the root of tiny second
+    moments does not blow up the rounding differences of other micro-batch paddings."""
+    base = tiny_model(vocab_size=100, seed=0).double()
+    rows = _half_inert(base)
+    settings = LossSettings(kl_coef=0.0, micro_batch_tokens=16)
+    results = {}
+    for skip in (False, True):
+        model = copy.deepcopy(base)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+        parts = mini_batch_parts(8, mini_batch_size=size, rng=np.random.default_rng(1)) if size else [range(8)]
+        metrics = ppo_update(model, optimizer, get_method(method), rows, settings, epochs=epochs,
+                             mini_batch_size=size, rng=np.random.default_rng(1), skip_inert=skip)
+        results[skip] = ([p.detach().clone() for p in model.parameters()], metrics)
+    if size == 2:
+        assert all(i % 2 == 0 for i in parts[2])  # a mini-batch of inert rows only, after two that move the weights
+    (full, full_metrics), (skipped, skipped_metrics) = results[False], results[True]
+    for a, b in zip(full, skipped):
+        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-10)
+    assert any(not torch.equal(a, b) for a, b in zip(full, base.parameters()))
+    assert full_metrics["actor/inert_rows"] == 0.0 and skipped_metrics["actor/inert_rows"] == 0.5
+    assert skipped_metrics["actor/optimizer_steps"] == full_metrics["actor/optimizer_steps"]
+    assert skipped_metrics["actor/grad_norm"] == pytest.approx(full_metrics["actor/grad_norm"], rel=1e-9)
+
+
+def test_an_update_of_inert_rows_only_runs_no_forward_pass(monkeypatch):
+    model = tiny_model(vocab_size=100, seed=0)
+    rows = _rows(model)
+    flat = UpdateBatch(rows.prompt_ids, rows.response_ids, rows.old_logp, torch.zeros_like(rows.advantages),
+                       rows.mask)
+    import training.update as update
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a forward pass over inert rows")
+
+    monkeypatch.setattr(update, "response_logprobs", refuse)
+    metrics = ppo_update(model, torch.optim.AdamW(model.parameters(), lr=1e-3), get_method("grpo"), flat,
+                         LossSettings(kl_coef=0.0))
+    assert metrics["actor/inert_rows"] == 1.0 and metrics["actor/optimizer_steps"] == 1.0
+    assert "actor/pg_loss" not in metrics
