@@ -264,6 +264,7 @@ def draw(drawn: Sequence[Group], *, title: str | None = None):
     x = np.arange(n)
     width = 0.38
     at_bottom = ax.get_xaxis_transform()
+    highest = 0.0
     for j, (condition, (name, color)) in enumerate(CONDITIONS.items()):
         offset = (j - 0.5) * width
         for xi, group in zip(x, drawn):
@@ -284,6 +285,7 @@ def draw(drawn: Sequence[Group], *, title: str | None = None):
                 top = max(value, high)
             ax.text(xi + offset, top + 0.015, f"{value:.3f}", ha="center", va="bottom", fontsize=6.5,
                     rotation=90 if crowded else 0)
+            highest = max(highest, top)
     ax.axhline(0.5, color="grey", lw=0.8, ls="--")
     ours = sum(not g.paper for g in drawn)
     if 0 < ours < n:
@@ -291,7 +293,9 @@ def draw(drawn: Sequence[Group], *, title: str | None = None):
     ax.set_xticks(x, labels, fontsize=8, rotation=30 if crowded else 0, ha="right" if crowded else "center",
                   rotation_mode="anchor" if crowded else "default")
     ax.set_xlim(-0.6, n - 0.4)
-    ax.set_ylim(0, 1)
+    # room above 1 for the labels of bars or whiskers that reach near the top, the AUROC axis itself ending at 1
+    ax.set_ylim(0, 1.13 if highest > 0.88 else 1)
+    ax.set_yticks(np.linspace(0, 1, 6))
     ax.set_ylabel("AUROC, progress vs invalid steps\n(step score: mean |e|)", fontsize=9)
     ax.tick_params(axis="y", labelsize=8)
     ax.grid(axis="y", alpha=0.3, lw=0.5)
