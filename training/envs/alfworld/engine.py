@@ -70,7 +70,9 @@ def _parsed_template(text: str, rule_name: str | None):
 
 @functools.lru_cache(maxsize=8192)
 def _conjunctive_query(expression: str):
-    return _ORIGINALS["queries"].__func__(_ORIGINALS["rule"], expression)
+    from textworld.logic import Rule
+
+    return _ORIGINALS["queries"].__func__(Rule, expression)
 
 
 _ORIGINALS: dict = {}
@@ -114,7 +116,7 @@ def fast_text_generation() -> None:
     if _ORIGINALS:
         return
     _ORIGINALS.update(templates=textgen._parse_and_convert, contexts=textgen.copy_context,
-                      queries=Rule.__dict__["parse_conjunctive_query"], rule=Rule)
+                      queries=Rule.__dict__["parse_conjunctive_query"])
 
     def parse(text, rule_name=None, **kwargs):
         if kwargs.get("trace") or set(kwargs) - {"trace"} or not isinstance(text, str):
@@ -130,21 +132,22 @@ def fast_text_generation() -> None:
             return _ORIGINALS["queries"].__func__(cls, expr)
         return _conjunctive_query(expr)
 
-    textgen._parse_and_convert = parse
-    textgen.copy_context = copy_context
-    Rule.parse_conjunctive_query = classmethod(parse_conjunctive_query)
-    _FAST.update(templates=parse, contexts=copy_context, queries=Rule.__dict__["parse_conjunctive_query"])
+    _FAST.update(templates=parse, contexts=copy_context, queries=classmethod(parse_conjunctive_query))
+    for part, fn in _FAST.items():
+        _install(part, fn)
 
 
 def _install(part: str, fn) -> None:
+    """Put ``fn`` where TextWorld looks up the function of ``part`` (one of :data:`FAST_PARTS`)."""
     import textworld.envs.pddl.textgen as textgen
+    from textworld.logic import Rule
 
     if part == "templates":
         textgen._parse_and_convert = fn
     elif part == "contexts":
         textgen.copy_context = fn
     else:
-        setattr(_ORIGINALS["rule"], "parse_conjunctive_query", fn)
+        Rule.parse_conjunctive_query = fn
 
 
 @contextlib.contextmanager
