@@ -126,6 +126,11 @@ class TrainConfig:
                       "AMX or AVX512-BF16, else float32; run.json records the dtype it chose)", "float32")
     lora_rank: int = _doc("LoRA rank via peft (0: full fine-tuning)", 0, NON_NEGATIVE_INT)
     lora_alpha: int = _doc("LoRA alpha", 32, COUNT)
+    merged_inference: bool = _doc("with LoRA in float32, sample (rollout_engine=hf) and run the forward-only passes "
+                                  "of the policy's current weights (replay scoring, old and teacher log-probs) on a "
+                                  "copy with the adapters merged, refreshed after each update: a fifth faster on a "
+                                  "CPU, for one more copy of the weights in memory (false: through the adapters)",
+                                  True)
     warm_start: str | None = _doc("start from a supervised warm start (python -m training.sft): its run folder, a "
                                   "checkpoint (global_step_N or its actor/) or an exported adapter folder; its "
                                   "weights replace the model's before training (LoRA then trains on top)", None)

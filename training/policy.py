@@ -18,6 +18,7 @@ import torch
 from ocsd.replay.prompts import PromptRenderer
 from ocsd.replay.scoring import ReplayScorer, padded_rows, response_logprobs
 from training.config import TrainConfig
+from training.rollout.engines import load_merged, merged_copy, merges_lora
 from training.rollout.loop import GenerationSettings, Trajectory, rollout, timed
 
 
@@ -198,7 +199,10 @@ class Policy:
         self.cfg, self.games = cfg, games
         self.tokenizer, self.model = load_policy(cfg, init_from=init_from)
         self.renderer = PromptRenderer(self.tokenizer)
-        self.scorer = ReplayScorer(self.model, token_budget=cfg.scoring_token_budget, progress=False)
+        # merged_inference: a LoRA model in float32 samples and scores through a copy with its adapters merged
+        self._merged = merged_copy(self.model) if cfg.merged_inference and merges_lora(self.model) else None
+        self._merged_stale = False
+        self._scorer = ReplayScorer(self.inference_model, token_budget=cfg.scoring_token_budget, progress=False)
         self.settings = GenerationSettings(max_new_tokens=cfg.max_response_length, temperature=cfg.temperature,
                                            top_p=cfg.top_p, batch=cfg.generation_batch)
         self._engine = None
@@ -208,13 +212,33 @@ class Policy:
         self._rollout_logprobs: dict[tuple[tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}
 
     @property
+    def inference_model(self):
+        """The model that forward-only passes of the current weights run on (sampling with ``rollout_engine=hf``,
+        replay scoring, old and teacher log-probs): :attr:`model` itself, or with ``merged_inference`` and a LoRA
+        model in float32 (:func:`~training.rollout.engines.merges_lora`) a plain copy with the adapters merged,
+        brought up to the current weights here when they changed since (:meth:`weights_updated`). The copy
+        computes the same function as :attr:`model` to float32 rounding, without the adapters' extra products."""
+        if self._merged is None:
+            return self.model
+        if self._merged_stale:
+            load_merged(self._merged, self.model)
+            self._merged_stale = False
+        return self._merged
+
+    @property
+    def scorer(self) -> ReplayScorer:
+        """The replay scorer of the current weights (on :attr:`inference_model`)."""
+        self.inference_model  # noqa: B018 -- brings a merged copy up to date
+        return self._scorer
+
+    @property
     def engine(self):
         """The rollout engine of ``cfg.rollout_engine`` (:mod:`training.rollout.engines`), built on first use."""
         if self._engine is None:
             from training.rollout.engines import make_engine
 
             cfg = self.cfg
-            self._engine = make_engine(cfg.rollout_engine, self.model,
+            self._engine = make_engine(cfg.rollout_engine, self.inference_model,
                                        max_model_len=cfg.max_prompt_length + cfg.max_response_length,
                                        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
                                        enforce_eager=cfg.vllm_enforce_eager, seed=cfg.seed)
@@ -233,6 +257,7 @@ class Policy:
         """Say that the model's weights changed: the engine receives them before the next rollout, and the
         rollout's log-probs are no longer the policy's."""
         self._engine_stale = True
+        self._merged_stale = self._merged is not None
         self._rollout_logprobs.clear()
 
     def close(self) -> None:
@@ -290,7 +315,7 @@ class Policy:
         engine = self.engine
         with timed(timings, "time/rollout_sync"):
             if self._engine_stale:
-                engine.sync(self.model)
+                engine.sync(self.inference_model)
                 self._engine_stale = False
             self._rollout_logprobs.clear()
             if keep_logprobs:
@@ -305,7 +330,7 @@ class Policy:
                 env = self.games.make_env(list(specs), max_steps=cfg.max_steps, workers=cfg.env_workers,
                                           seed=env_seed, reuse=self._env)
             self._env = env if cfg.env_workers > 0 else None  # worker processes live on for the next rollout
-            return rollout(self.model, self.tokenizer, self.renderer, env, tasks, env_name=cfg.env,
+            return rollout(self.inference_model, self.tokenizer, self.renderer, env, tasks, env_name=cfg.env,
                            history_length=cfg.history_length, max_prompt_length=cfg.max_prompt_length,
                            settings=settings, progress=cfg.progress, desc=desc, respond=respond, stream=stream,
                            timings=timings)
@@ -329,6 +354,6 @@ class Policy:
             kept = [self._rollout_logprobs.get((tuple(p), tuple(r))) for p, r in pairs]
             if all(lp is not None for lp in kept):
                 return padded_rows(kept, device="cpu")
-        lp, mask = response_logprobs(model if model is not None else self.model, pairs, padded=True,
+        lp, mask = response_logprobs(model if model is not None else self.inference_model, pairs, padded=True,
                                      token_budget=self.cfg.scoring_token_budget)
         return lp.float().cpu(), mask.cpu()

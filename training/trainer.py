@@ -64,7 +64,7 @@ RESUMABLE_CHANGES = frozenset({"total_steps", "progress", "resume", "overwrite",
                                "test_freq", "val_tasks", "env_workers", "scoring_token_budget", "micro_batch_tokens",
                                "generation_batch", "device", "save_weights", "rollout_engine",
                                "vllm_gpu_memory_utilization", "vllm_enforce_eager",
-                               "rollout_pipeline", "old_logprobs"})
+                               "rollout_pipeline", "old_logprobs", "merged_inference"})
 STATE_FILE = "trainer_state.pt"
 
 

@@ -13,8 +13,8 @@ pytest.importorskip("peft")
 
 from ocsd.replay.models import tiny_model  # noqa: E402
 from training.config import ConfigError, make_config  # noqa: E402
-from training.rollout.engines import (EngineError, HFEngine, finished_ids, make_engine, merged_weights,  # noqa: E402
-                                      response_token_count)
+from training.rollout.engines import (EngineError, HFEngine, finished_ids, load_merged, make_engine,  # noqa: E402
+                                      merged_copy, merged_weights, merges_lora, response_token_count)
 from training.rollout.loop import GenerationSettings, generate  # noqa: E402
 
 
@@ -68,12 +68,7 @@ def test_merged_weights_match_the_model_outputs():
 
 
 def test_hf_engine_samples_what_generate_samples():
-    from ocsd.replay.models import ModelNotFoundError, load_tokenizer
-
-    try:
-        tokenizer = load_tokenizer("smollm2")
-    except ModelNotFoundError as err:
-        pytest.skip(f"SmolLM2's tokenizer is not available: {err}")
+    tokenizer = _smollm2_tokenizer()
     model = tiny_model(vocab_size=len(tokenizer), seed=1).eval()
     prompts = [[1, 2, 3, 4], [5, 6], [7, 8, 9]]
     settings = GenerationSettings(max_new_tokens=6, temperature=1.0, batch=2)
@@ -84,6 +79,60 @@ def test_hf_engine_samples_what_generate_samples():
     assert got == generate(model, tokenizer, prompts, settings)
     again = engine.responder(tokenizer, settings, seed=11)([0, 1, 2], prompts)
     assert again == got
+
+
+def _smollm2_tokenizer():
+    from ocsd.replay.models import ModelNotFoundError, load_tokenizer
+
+    try:
+        return load_tokenizer("smollm2")
+    except ModelNotFoundError as err:
+        pytest.skip(f"SmolLM2's tokenizer is not available: {err}")
+
+
+def test_only_a_float32_lora_model_may_be_replaced_by_a_merged_copy():
+    assert not merges_lora(tiny_model(vocab_size=64, seed=0))
+    peft = _lora(tiny_model(vocab_size=64, seed=0), 0)
+    assert merges_lora(peft)
+    assert not merges_lora(peft.to(torch.bfloat16))  # a merged bfloat16 weight would round a small update away
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_merged_copy_holds_the_merged_weights_and_leaves_the_lora_model_alone(seed):
+    peft = _lora(tiny_model(vocab_size=64, seed=seed), seed)
+    before = {k: v.clone() for k, v in peft.state_dict().items()}
+    plain = merged_copy(peft)
+    assert not hasattr(plain, "peft_config") and not any(p.requires_grad for p in plain.parameters())
+    params = dict(plain.named_parameters(remove_duplicate=False))
+    weights = merged_weights(peft)
+    assert weights.keys() == params.keys()
+    assert all(torch.equal(params[k], w) for k, w in weights.items())
+    assert all(torch.equal(before[k], v) for k, v in peft.state_dict().items())
+    assert all(p.requires_grad for n, p in peft.named_parameters() if "lora_" in n)
+    with torch.no_grad():  # an update of the adapters reaches the copy through load_merged, exactly
+        for name, p in peft.named_parameters():
+            if "lora_A" in name:
+                p.add_(0.1)
+    assert any(not torch.equal(params[k], w) for k, w in merged_weights(peft).items())
+    load_merged(plain, peft)
+    assert all(torch.equal(params[k], w) for k, w in merged_weights(peft).items())
+
+
+def test_generate_on_the_merged_copy_samples_what_the_lora_model_samples():
+    """Same seed, same samples; the kept log-probs are the LoRA model's to float32 rounding."""
+    from ocsd.replay.scoring import response_logprobs
+
+    tokenizer = _smollm2_tokenizer()
+    peft = _lora(tiny_model(vocab_size=len(tokenizer), seed=3), 3).eval()
+    engine = HFEngine(merged_copy(peft))
+    prompts = [[1, 2, 3, 4], [5, 6], [7, 8, 9], [10, 11, 12, 13, 14]]
+    settings = GenerationSettings(max_new_tokens=8, temperature=1.0, batch=3)
+    scores: dict = {}
+    got = engine.scored_responder(tokenizer, settings, 11, scores)([0, 1, 2, 3], prompts)
+    torch.manual_seed(11)
+    assert got == generate(peft, tokenizer, prompts, settings)
+    for (p, r), lp in scores.items():
+        torch.testing.assert_close(lp, response_logprobs(peft, [(p, r)])[0].float(), rtol=0, atol=1e-5)
 
 
 def _completion(ids, reason, stop_reason=None):

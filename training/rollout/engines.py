@@ -1,8 +1,10 @@
 """Rollout engines: what samples the policy's responses during rollouts (``rollout_engine`` setting).
 
 ``hf``
-    Hugging Face ``generate`` on the trainer's own model (:func:`training.rollout.loop.generate`): no extra
-    memory, no weight copies, runs anywhere.
+    Hugging Face ``generate`` (:func:`training.rollout.loop.generate`) on the policy's model, in memory: the
+    trainer's own, or for a LoRA model in float32 the policy's copy with the adapters merged
+    (:func:`merged_copy`; ``merged_inference``), which skips the adapters' extra products in every layer. Runs
+    anywhere.
 ``vllm``
     A vLLM engine in the trainer's process on the same GPU (colocated, as verl runs it). It is built
     from the model's config with dummy weights, then receives the trainer's weights in memory
@@ -57,7 +59,8 @@ class RolloutEngine(Protocol):
 
 
 class HFEngine:
-    """Hugging Face ``generate`` on the trainer's model (the model itself is the engine's weights)."""
+    """Hugging Face ``generate`` on the model it is given: the trainer's, or the policy's merged copy of it
+    (:class:`training.policy.Policy` ``inference_model``); :meth:`sync` points it at the current one."""
 
     name = "hf"
 
@@ -140,6 +143,43 @@ def merged_weights(model) -> dict[str, torch.Tensor]:
         plain = name.replace(".base_layer.", ".")
         out[plain] = (p + deltas[plain].to(p.dtype)) if plain in deltas else p.detach()
     return out
+
+
+def merges_lora(model) -> bool:
+    """Whether a merged copy (:func:`merged_copy`) may stand in for ``model`` in forward-only passes: a PEFT LoRA
+    model whose parameters are all float32 (in bfloat16 or float16, a merged weight's rounding would swallow an
+    update smaller than its last bit, which the adapters' separate product keeps)."""
+    return hasattr(model, "peft_config") and all(p.dtype == torch.float32 for p in model.parameters())
+
+
+@torch.no_grad()
+def merged_copy(model):
+    """A plain Hugging Face model with ``model``'s architecture and its weights, LoRA adapters merged
+    (:func:`merged_weights`), in eval mode and without gradients; ``model`` is left as it was.
+
+    Parameters
+    ----------
+    model : peft.PeftModel
+        A LoRA model.
+
+    Returns
+    -------
+    transformers.PreTrainedModel
+    """
+    import copy
+
+    plain = copy.deepcopy(model).merge_and_unload().eval()
+    plain.requires_grad_(False)
+    load_merged(plain, model)  # the very values merged_weights gives, whatever peft's merge rounds
+    return plain
+
+
+@torch.no_grad()
+def load_merged(plain, model) -> None:
+    """Copy ``model``'s merged weights (:func:`merged_weights`) into ``plain``, a :func:`merged_copy` of it."""
+    params = dict(plain.named_parameters(remove_duplicate=False))
+    for name, weight in merged_weights(model).items():
+        params[name].copy_(weight)
 
 
 def _vllm_dtype(model) -> str:
