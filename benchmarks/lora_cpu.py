@@ -75,10 +75,10 @@ def main(argv=None) -> list[dict]:
         generate(m, tokenizer, prompts, settings, logprobs=[])
 
     def update(budget: int):
+        per = max(1, budget // (args.prompt + 64))  # rows a micro-batch of ``budget`` tokens holds
         model.train()
-        for i in range(0, args.rows, max(1, budget // (args.prompt + 64))):
-            logp, _ = response_logprobs(model, pairs[i:i + max(1, budget // (args.prompt + 64))], grad=True,
-                                        padded=True, token_budget=budget)
+        for i in range(0, args.rows, per):
+            logp, _ = response_logprobs(model, pairs[i:i + per], grad=True, padded=True, token_budget=budget)
             logp.sum().backward()
         model.zero_grad(set_to_none=True)
         model.eval()

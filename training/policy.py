@@ -257,7 +257,7 @@ class Policy:
         """Say that the model's weights changed: the engine receives them before the next rollout, and the
         rollout's log-probs are no longer the policy's."""
         self._engine_stale = True
-        self._merged_stale = self._merged is not None
+        self._merged_stale = True  # read only where a merged copy exists
         self._rollout_logprobs.clear()
 
     def close(self) -> None:
