@@ -95,7 +95,8 @@ JOBS=${JOBS:-/tmp/ps_jobs}
 RUNS_DIR=${RUNS_DIR:-/tmp/runs}
 # vLLM's start-up measures the GPU's free memory around a profiling pass and fails when another process on the GPU
 # frees or takes memory meanwhile (runs sharing a GPU do at every step, sleeping and waking their engines): on two
-# H200 shared by three runs each, 3 of 7 jobs failed so at their start
+# H200 shared by three runs each, 3 of 7 jobs failed so at their start. The trainer and training.evaluate now order
+# their own start-ups against each other's steps (training/rollout/gpu_share.py); verl's jobs do not, so this stays
 VLLM_COLLISION="Error in memory profiling|No available memory for the cache blocks|\
 To serve at least one request with the model.s max seq len"
 

@@ -111,8 +111,9 @@ def evaluation_episodes(policy, specs, sampling: EvalSampling, *, repeat: int = 
         Progress-bar label.
     """
     tasks = [{"uid": f"s{step}_t{i}_r{repeat}", "group_uid": f"s{step}_t{i}"} for i in range(len(specs))]
-    return policy.play(specs, tasks, sampling.generation(policy.cfg), env_seed=step,
-                       sample_seed=sampling.torch_seed(repeat), desc=desc)
+    with policy.gpu_share.step():  # no engine on the GPU starts while these episodes move memory
+        return policy.play(specs, tasks, sampling.generation(policy.cfg), env_seed=step,
+                           sample_seed=sampling.torch_seed(repeat), desc=desc)
 
 
 def evaluate(runner, games, *, global_step: int, spec: EnvironmentSpec, runtime, sampling: EvalSampling | None = None,

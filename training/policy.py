@@ -19,6 +19,7 @@ from ocsd.replay.prompts import PromptRenderer
 from ocsd.replay.scoring import ReplayScorer, padded_rows, response_logprobs
 from training.config import TrainConfig
 from training.rollout.engines import load_merged, merged_copy, merges_lora
+from training.rollout.gpu_share import GpuShare, device_share
 from training.rollout.loop import GenerationSettings, Trajectory, rollout, timed
 
 
@@ -210,6 +211,12 @@ class Policy:
         self._env = None  # the batched environment kept between rollouts (env_workers > 0)
         # old_logprobs=rollout: (prompt, response) -> the log-probs that sampled it, under the weights as they are
         self._rollout_logprobs: dict[tuple[tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}
+
+    @property
+    def gpu_share(self) -> GpuShare:
+        """The lock of this policy's GPU among the processes sharing it (:mod:`training.rollout.gpu_share`):
+        steps hold it shared, an engine's start-up alone; a no-op on a CPU."""
+        return device_share(next(self.model.parameters()).device)
 
     @property
     def inference_model(self):

@@ -406,12 +406,14 @@ class Trainer:
         gc.freeze()
         bar = tqdm(range(self.start_step, cfg.total_steps + 1), desc=f"{cfg.method} training",
                    initial=self.start_step - 1, total=cfg.total_steps, disable=not cfg.progress)
+        share = self.policy.gpu_share  # a step moves GPU memory: another run's engine starts between steps
         for step in bar:
-            row = self.train_step(step)
-            if self._validates(step):
-                t0 = time.perf_counter()
-                row.update(self.validate(step))
-                row["time/validation"] = time.perf_counter() - t0
+            with share.step():
+                row = self.train_step(step)
+                if self._validates(step):
+                    t0 = time.perf_counter()
+                    row.update(self.validate(step))
+                    row["time/validation"] = time.perf_counter() - t0
             self.writer.append_metrics(row)
             bar.set_postfix(reward=f"{row['reward_mean']:.2f}", success=f"{row['success_rate']:.2f}")
         return Path(cfg.run_dir)

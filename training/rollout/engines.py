@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from training.config import ENGINES, engine_problem
+from training.rollout.gpu_share import device_share
 from training.rollout.loop import GenerationSettings, Responder, ResponseStream, generate, stop_ids, trim_response
 
 
@@ -234,10 +235,12 @@ class VLLMEngine:
 
         self._config_dir = tempfile.TemporaryDirectory(prefix="ocsd_vllm_")
         base_model(model).config.save_pretrained(self._config_dir.name)
-        self.llm = LLM(model=self._config_dir.name, load_format="dummy", skip_tokenizer_init=True,
-                       dtype=_vllm_dtype(model), max_model_len=int(max_model_len),
-                       gpu_memory_utilization=float(gpu_memory_utilization), enforce_eager=bool(enforce_eager),
-                       enable_sleep_mode=True, seed=int(seed))
+        # the start-up profiles the GPU's free memory: no other process on the GPU moves memory meanwhile
+        with device_share(next(model.parameters()).device).exclusive():
+            self.llm = LLM(model=self._config_dir.name, load_format="dummy", skip_tokenizer_init=True,
+                           dtype=_vllm_dtype(model), max_model_len=int(max_model_len),
+                           gpu_memory_utilization=float(gpu_memory_utilization),
+                           enforce_eager=bool(enforce_eager), enable_sleep_mode=True, seed=int(seed))
         self.asleep = False
         self.sync(model)
 
