@@ -2,7 +2,9 @@
 # The paper-scale runs (Qwen2.5-Coder policies on ALFWorld, training/configs/alfworld_paper.yaml) on GPU machines
 # without network, from the repository root. What the machine needs travels as one bundle cut into parts:
 #
-#   here:  bash results/paper_scale_on_gpu.sh bundle DIR     packs into DIR/ps.NN + SUMS (PART_SIZE, default 50M):
+#   here:  bash results/paper_scale_on_gpu.sh bundle DIR     packs into DIR/ps.NN + SUMS (PART_SIZE, default 56M:
+#          a part and the repository's tree, 4 MB with results/ and training/warm_starts/ set aside, fit the 64 MiB
+#          that one call to a device machine carries):
 #            $STACK_PARTS  vLLM's wheels (bash scripts/gpu_stack.sh download D: D/parts)
 #            $MODEL_PARTS  the models' GGUFs and the gguf wheel (bash scripts/gpu_stack.sh models D
 #                          qwen2.5-coder-0.5b qwen2.5-coder-1.5b: D)
@@ -118,7 +120,7 @@ bundle() {
     done
     [ -z "$RUNS" ] || cp "$RUNS"/* "$work/runs/"
     rm -f "$dir"/ps.* "$dir/SUMS"
-    tar -cf - -C "$work" stack models site games valid demos runs | split -b "${PART_SIZE:-50M}" -d -a 2 - "$dir/ps."
+    tar -cf - -C "$work" stack models site games valid demos runs | split -b "${PART_SIZE:-56M}" -d -a 2 - "$dir/ps."
     (cd "$dir" && sha256sum ps.* > SUMS)
     rm -rf "$work"
     ls "$dir" | wc -l
