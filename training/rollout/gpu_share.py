@@ -72,9 +72,9 @@ class GpuShare:
             self._fds[name] = os.open(self._paths[name], os.O_RDWR | os.O_CREAT, 0o666)
         return self._fds[name]
 
-    def _take(self, name: str, mode: int, what: str) -> bool:
-        """Take lock ``name`` in ``mode`` (``fcntl.LOCK_SH`` or ``LOCK_EX``), waiting up to the timeout;
-        False (after a warning) when the wait ran out."""
+    def _take(self, name: str, mode: int, what: str, max_pause: float = 0.5) -> bool:
+        """Take lock ``name`` in ``mode`` (``fcntl.LOCK_SH`` or ``LOCK_EX``), trying again after pauses that
+        double up to ``max_pause`` seconds, for up to the timeout; False (after a warning) when the wait ran out."""
         fd, end, pause = self._fd(name), time.monotonic() + self.timeout, 0.01
         while True:
             try:
@@ -86,7 +86,7 @@ class GpuShare:
                                 "holds it: %s)", self.key, self.timeout, what, self._paths[name])
                     return False
                 time.sleep(pause)
-                pause = min(pause * 2, 0.5)
+                pause = min(pause * 2, max_pause)
 
     def _release(self, name: str) -> None:
         fcntl.flock(self._fd(name), fcntl.LOCK_UN)
@@ -129,7 +129,9 @@ class GpuShare:
         if self._shared:  # this process's step holds the lock shared: let it go while waiting, so that two
             self._release("lock")  # steps starting engines at once cannot each wait for the other's shared lock
             self._shared = False
-        gated = self._take("gate", fcntl.LOCK_EX, "another start-up on it to end")
+        # a start-up tries for the gate more often than a step does (every 20 ms), so that when the gate comes
+        # free it usually goes to the start-up that has waited, not to a step that would make it wait a step more
+        gated = self._take("gate", fcntl.LOCK_EX, "another start-up on it to end", max_pause=0.02)
         held = self._take("lock", fcntl.LOCK_EX, "the other processes' steps on it to end")
         self._exclusive = 1
         try:
