@@ -308,7 +308,8 @@ poll)
     for log in $JOBS/*.log; do
         [ -e "$log" ] || continue
         echo "== $(basename "$log" .log): $(cat "${log%.log}.rc" 2>/dev/null || echo running)"
-        grep -v "Loading weights\|Writing model shards" "$log" | grep -m3 -i "error\|Traceback\|Killed" || true
+        grep -v "Loading weights\|Writing model shards" "$log" \
+            | grep -m3 -i "error\|Traceback\|Killed\|going on without it" || true  # the last: a GpuShare wait timed out
         grep -v "Loading weights\|Writing model shards" "$log" | tail -4 | cut -c1-400
     done
     for f in $RUNS_DIR/*/metrics.jsonl; do [ -e "$f" ] && echo "$f: $(wc -l < "$f") steps"; done
