@@ -61,6 +61,7 @@ def test_robustness_warnings_name_the_setting_and_checkpoints(tmp_path):
     (dratio.main, ["--eps", "0"], "--eps"),
     (robustness.main, ["--max-per-class", "0"], "--max-per-class"),
     (robustness.main, ["--max-per-class", "-5"], "--max-per-class"),
+    (robustness.main, ["--matched-draws", "0"], "--matched-draws"),
     (auroc.main, ["--seed", "-1"], "--seed"),
     (tails.main, ["--top", "0"], "--top"),
 ])

@@ -6,7 +6,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from diagnostics.dratio import checkpoint_mean, d_ratio
-from diagnostics.robustness import matched_auroc, matched_keep, standardize_within
+from diagnostics.robustness import matched_auroc, matched_delta, matched_keep, standardize_within
 from diagnostics.tails import tail_hits
 
 
@@ -40,7 +40,42 @@ def test_matched_equals_brute_force(seed):
     keep = matched_keep(y, strata, keys, max_per_class=cap)
     ref_keep, ref = brute_matched(y, s, ckpt, strata, keys, cap)
     assert np.array_equal(keep, ref_keep)
-    assert matched_auroc(y, s, ckpt, strata, max_per_class=cap, seed=np.random.default_rng(99)) == pytest.approx(ref)
+    assert matched_auroc(y, s, ckpt, strata, max_per_class=cap, draws=1,
+                         seed=np.random.default_rng(99)) == pytest.approx(ref)
+
+
+def _matched_sample(seed, n=240):
+    rng = np.random.default_rng(seed)
+    y = rng.random(n) < 0.4
+    return y, np.round(rng.normal(size=(n, 2)) + y[:, None], 1), rng.integers(0, 4, n), rng.integers(0, 5, n)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_matched_point_averages_draws_of_the_brute_force(seed):
+    y, s, ckpt, strata = _matched_sample(seed)
+    cap, draws = 6, 7
+    keys = np.random.default_rng(5).random((draws, len(y)))  # the keys the estimator draws, in turn
+    refs = [[brute_matched(y, s[:, j], ckpt, strata, row, cap)[1] for j in range(2)] for row in keys]
+    got = matched_auroc(y, s, ckpt, strata, max_per_class=cap, draws=draws, seed=np.random.default_rng(5))
+    assert got == pytest.approx(np.mean(refs, axis=0))
+    res = matched_delta(y, s[:, 0], s[:, 1], ckpt, strata, np.arange(len(y)), max_per_class=cap, draws=draws,
+                        n_boot=20, seed=np.random.default_rng(5))
+    assert res.estimate == pytest.approx(np.mean([a - b for a, b in refs]))
+
+
+def test_averaging_draws_narrows_the_point_estimate():
+    y, s, ckpt, strata = _matched_sample(0, n=600)
+    one = [matched_auroc(y, s[:, 0], ckpt, strata, max_per_class=8, draws=1, seed=k) for k in range(40)]
+    many = [matched_auroc(y, s[:, 0], ckpt, strata, max_per_class=8, draws=25, seed=k) for k in range(40)]
+    assert np.std(many) < np.std(one) / 3
+
+
+def test_draws_below_one_are_refused():
+    y, s, ckpt, strata = _matched_sample(0, n=40)
+    with pytest.raises(ValueError, match="draws must be >= 1"):
+        matched_auroc(y, s[:, 0], ckpt, strata, draws=0)
+    with pytest.raises(ValueError, match="draws must be >= 1"):
+        matched_delta(y, s[:, 0], s[:, 1], ckpt, strata, np.arange(40), draws=0)
 
 
 def test_standardize_within():
