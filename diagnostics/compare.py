@@ -108,12 +108,15 @@ def check_pairing(files: Sequence[str], results: Sequence[Mapping]) -> None:
 
 
 def _labels(a: str, b: str) -> tuple[str, str]:
-    """Column names of the two evaluations: the nearest folders of their paths whose names differ
-    (``ocsd_s3`` and ``grpo_s3`` for ``ocsd_s3/global_step_10/eval.json`` against ``grpo_s3/global_step_10/...``),
-    a checkpoint folder named with its run (``ocsd_s3/global_step_10``); A and B when no folder tells them apart."""
+    """Column names of the two evaluations: their file names without ``.json`` where these differ
+    (``eval_ocsd_s1_step30``), else the nearest folders of their paths whose names differ (``ocsd_s3`` and
+    ``grpo_s3`` for ``ocsd_s3/global_step_10/eval.json`` against ``grpo_s3/global_step_10/eval.json``), a
+    checkpoint folder named with its run (``ocsd_s3/global_step_10``); A and B when nothing tells them apart."""
     def name(folder: Path) -> str:
         return f"{folder.parent.name}/{folder.name}" if re.fullmatch(r"global_step_\d+", folder.name) else folder.name
 
+    if Path(a).stem != Path(b).stem:
+        return Path(a).stem, Path(b).stem
     for x, y in zip(Path(a).resolve().parents, Path(b).resolve().parents):
         if x.name != y.name:
             return name(x) or "A", name(y) or "B"

@@ -108,11 +108,12 @@ def test_table_names_the_runs_of_checkpoint_evaluations(pair, tmp_path, capsys):
     assert main([str(paths[0]), str(paths[1]), "--n-boot", "200"]) == 0
     header = capsys.readouterr().out.splitlines()[0].split()
     assert header[2:4] == ["ocsd_seed3", "grpo_seed3"]
-    (tmp_path / "same").mkdir()  # two files of one folder: no folder tells them apart
-    for name, ev in zip(("a.json", "b.json"), pair):
+    (tmp_path / "same").mkdir()  # two files of one folder: their names tell them apart
+    for name, ev in zip(("eval_ocsd_step30.json", "eval_grpo_step30.json"), pair):
         (tmp_path / "same" / name).write_text(json.dumps(ev))
-    assert main([str(tmp_path / "same" / "a.json"), str(tmp_path / "same" / "b.json"), "--n-boot", "200"]) == 0
-    assert capsys.readouterr().out.splitlines()[0].split()[2:4] == ["A", "B"]
+    assert main([str(tmp_path / "same" / "eval_ocsd_step30.json"), str(tmp_path / "same" / "eval_grpo_step30.json"),
+                 "--n-boot", "200"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split()[2:4] == ["eval_ocsd_step30", "eval_grpo_step30"]
     (tmp_path / "warm_start").mkdir()
     (tmp_path / "warm_start" / "eval.json").write_text(paths[1].read_text())
     assert main([str(paths[0]), str(tmp_path / "warm_start" / "eval.json"), "--n-boot", "200"]) == 0
