@@ -209,10 +209,19 @@ def _counts(entry: dict) -> dict:
     return {k: entry[k] for k in _COUNTS if k in entry}
 
 
+def _pooled_run(data: dict, entry: dict) -> str | None:
+    """The run of a pooled file's checkpoint entry (``"RUN/global_step_N"``); None for one run's file."""
+    name = entry.get("checkpoint")
+    if "runs" not in data or not isinstance(name, str) or "/" not in name:
+        return None
+    return name.rsplit("/", 1)[0]
+
+
 def groups(inputs: Sequence[SwapInput], *, per_checkpoint: bool = False) -> list[Group]:
     """The groups to draw: one per input (its pooled AUROCs), or one per checkpoint of each input.
 
-    Checkpoint groups are labelled ``"<run>\\nstep N"`` in the file's order.
+    Checkpoint groups are labelled ``"<run>\\nstep N"`` in the file's order; a pooled file's checkpoints
+    (``python -m rescoring.swap_pool``) by the runs their ``checkpoint`` names, not by the pooled label.
     """
     out = []
     for inp in inputs:
@@ -222,7 +231,8 @@ def groups(inputs: Sequence[SwapInput], *, per_checkpoint: bool = False) -> list
             continue
         for entry in inp.data.get("per_checkpoint", []):
             step = entry["global_step"]
-            out.append(Group(f"{inp.label}\nstep {step}", "checkpoint", _interval(entry["realized"]),
+            run = _pooled_run(inp.data, entry) or inp.label
+            out.append(Group(f"{run}\nstep {step}", "checkpoint", _interval(entry["realized"]),
                              _interval(entry["swapped"]), str(inp.path), step, _counts(entry)))
     return out
 

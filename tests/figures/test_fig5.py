@@ -124,6 +124,22 @@ def test_per_checkpoint_groups(tmp_path):
     assert json.loads((out / "fig5_swap.json").read_text())["per_checkpoint"] is True
 
 
+def test_a_pooled_files_checkpoints_are_named_by_their_runs(tmp_path):
+    """rescoring.swap_pool's file: its checkpoints drawn under the runs they came from, not "pooled (2 analyses)"."""
+    a = json.loads(write_swap(tmp_path / "a", run="ocsd_s1", steps=(30,)).read_text())
+    b = json.loads(write_swap(tmp_path / "b", run="grpo_s1", steps=(30, 40)).read_text())
+    pooled = {**a, "run": "pooled (2 analyses)", "runs": ["ocsd_s1", "grpo_s1"], "checkpoints": [30, 40],
+              "per_checkpoint": a["per_checkpoint"] + b["per_checkpoint"]}
+    path = tmp_path / "pooled" / "swap.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(pooled))
+    out = tmp_path / "out"
+    assert fig5_swap.main(["--swap", str(path), "--per-checkpoint", "--out", str(out)]) == 0
+    assert list(drawn(out)) == ["ocsd_s1\nstep 30", "grpo_s1\nstep 30", "grpo_s1\nstep 40"]
+    assert fig5_swap.main(["--swap", str(path), "--out", str(out)]) == 0
+    assert list(drawn(out)) == ["pooled (2 analyses)"]
+
+
 def test_paper_reference_groups(tmp_path):
     write_swap(tmp_path / "a")
     out = tmp_path / "out"
