@@ -50,7 +50,8 @@ from diagnostics.options import command_parser, load_args, show_progress
 from diagnostics.stats import DegenerateInputWarning, grouped_auroc
 from ocsd.cli import emit, entry_point, format_table, positive_int
 
-__all__ = ["MATCHED_DRAWS", "standardize_within", "matched_keep", "matched_auroc", "matched_delta", "robustness", "main"]
+__all__ = ["MATCHED_DRAWS", "standardize_within", "matched_keep", "matched_auroc", "matched_delta", "robustness",
+           "main"]
 
 SETTINGS = ("raw", "standard", "matched", *STAGES)
 MATCHED_DRAWS = 100  # downsamplings averaged into the matched point estimate (module docstring)
