@@ -13,7 +13,12 @@
 #            $EVAL_DATA    a folder with json_2.1.1/valid_seen (the ALFWorld release's valid_seen games)
 #            $DEMOS        (optional) prepared warm-start folders (python -m training.sft --prepare: their
 #                          demonstrations/ travel, under the folder's name)
-#            $RUNS         (optional) what earlier machines sent back (NAME.tgz, NAME.actor.tgz.aa, ...), to resume
+#            $RUNS         (optional) what earlier machines sent back (NAME.tgz, NAME.actor.tgz.aa, ...), to resume,
+#                          or the runs kept in the repository (carry_runs below: NAME.tgz, NAME.pack.tar)
+#   here:  bash results/paper_scale_on_gpu.sh carry_runs SERIES DIR
+#                                                            the runs of a series folder that have a resume pack
+#                                                            (SERIES/NAME: records; SERIES/packs/NAME.tar: python -m
+#                                                            training.resume_pack pack) into DIR, to bundle as RUNS
 #   there: bash results/paper_scale_on_gpu.sh install DIR    checks the parts gathered in DIR, installs vLLM, the
 #                                                            engine and the games, converts the models into $CACHE
 #   here:  git archive -o SNAP.tar HEAD                      the commit to run, so that what runs does not change
@@ -145,12 +150,29 @@ install() {
     mkdir -p $RUNS_DIR
     for f in $ASSETS/runs/*.tgz; do [ -e "$f" ] && tar -xzf "$f" -C $RUNS_DIR; done  # runs without weights
     for f in $ASSETS/runs/*.actor.tgz.aa; do [ -e "$f" ] && cat "${f%.aa}".* | tar -xzf - -C $RUNS_DIR; done
+    for f in $ASSETS/runs/*.pack.tar; do  # a resume pack (training.resume_pack) into its run's records
+        [ -e "$f" ] && python3 -m training.resume_pack unpack "$f" "$RUNS_DIR/$(basename "$f" .pack.tar)"
+    done
     ls $RUNS_DIR
     echo "installed in $(( $(date +%s) - T0 )) s"
 }
 
+carry_runs() {  # SERIES OUT: the runs kept in the repository (SERIES/NAME, the records; SERIES/packs/NAME.tar, the
+    local series=${1:?carry_runs: name the series folder} out=${2:?carry_runs: name the output folder} f name n=0
+    mkdir -p "$out"  # resume pack of its last checkpoint) as a bundle's RUNS: NAME.tgz and NAME.pack.tar
+    for f in "$series"/packs/*.tar; do
+        [ -e "$f" ] || continue
+        name=$(basename "$f" .tar)
+        [ -f "$series/$name/run.json" ] || { echo "carry_runs: $f has no records in $series/$name" >&2; exit 2; }
+        tar czf "$out/$name.tgz" --exclude=actor -C "$series" "$name" && cp "$f" "$out/$name.pack.tar"
+        n=$((n + 1))
+    done
+    echo "$n runs into $out"
+}
+
 case "${1:-}" in
     bundle) bundle "$2"; exit 0 ;;
+    carry_runs) carry_runs "$2" "$3"; exit 0 ;;
     install) install "$2"; exit 0 ;;
     code) rm -rf /tmp/repo && mkdir -p /tmp/repo && tar -xf "${2:?code SNAP.tar}" -C /tmp/repo && echo /tmp/repo
           exit 0 ;;
@@ -336,8 +358,8 @@ poll)
     { pgrep -fa "training\.(evaluate|train|sft)" || echo "nothing running"; } | cut -c1-150
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null || true ;;
 *)
-    echo "usage: bash results/paper_scale_on_gpu.sh bundle DIR | install DIR | code SNAP.tar | zeroshot MODEL... |" \
-         "sft NAME CONFIG | eval NAME CKPT | run NAME METHOD MODEL WARM SEED | steps NAME MODEL |" \
+    echo "usage: bash results/paper_scale_on_gpu.sh bundle DIR | carry_runs SERIES DIR | install DIR |" \
+         "code SNAP.tar | zeroshot MODEL... | sft NAME CONFIG | eval NAME CKPT | run NAME METHOD MODEL WARM SEED | steps NAME MODEL |" \
          "ladder NAME RUN MODEL... | scaling |" \
          "verl_check | poll SECONDS" >&2
     exit 2 ;;

@@ -5,13 +5,17 @@ A LoRA checkpoint written with ``save_merged=false`` holds, in ``actor/``, the a
 and the global step. For the 0.5B policy at rank 8 that is 4.4M trainable parameters and about 61 MB. A pack keeps
 what a resumed run reads and nothing it can rebuild:
 
-- the adapter (``adapter/``: its config and weights as trained);
 - the trainer state with the masters unchanged (float32: the weights the run continues from are exact) and AdamW's
   ``exp_avg`` and ``exp_avg_sq`` rounded to bfloat16 (a relative change of at most 2**-9 in each; the optimizer
   casts them back to float32 when the run resumes);
-- ``pack.json``: the run's name, the step, and the size before and after.
+- the adapter's config; its weights only where they are not the masters rounded to the adapter's type. Where
+  each master equals exactly one adapter tensor once rounded (a bfloat16 policy: always, in practice), the pack
+  keeps the key of each master instead and :func:`unpack` writes the adapter from the masters, tensor for tensor
+  the one the run saved;
+- ``pack.json``: the run's name, the step, the sizes, and those keys.
 
-The tokenizer is left out: the trainer takes it from the model (``policy_tokenizer``). About 44 MB for the 0.5B.
+The tokenizer is left out: the trainer takes it from the model (``policy_tokenizer``). About 36 MB for the 0.5B
+(44 MB where the adapter's weights must be kept).
 
 A run resumed from an unpacked checkpoint continues from the same weights with moments that differ by that
 rounding; its later steps are then those of a run whose optimizer state was perturbed by at most 2**-9 relative,
@@ -37,15 +41,18 @@ import tarfile
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from ocsd.records.checkpoint import checkpoint_dirs
-from training.trainer import STATE_FILE
 
-__all__ = ["MOMENTS", "PackError", "compact_state", "pack", "unpack", "read_pack_info"]
+__all__ = ["MOMENTS", "PackError", "compact_state", "master_keys", "pack", "unpack", "read_pack_info"]
 
 #: AdamW's per-parameter moments, the state a pack rounds
 MOMENTS = ("exp_avg", "exp_avg_sq")
 INFO_FILE = "pack.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+#: training.trainer.STATE_FILE, not imported from there: a GPU machine unpacks before its stack is on the path
+STATE_FILE = "trainer_state.pt"
 FORMAT = 1
 
 
@@ -84,6 +91,38 @@ def compact_state(state: dict, dtype: torch.dtype = torch.bfloat16) -> dict:
                        for key, per_param in holder["state"].items()}
     out["optimizer"] = optimizer
     return out
+
+
+def _signature(tensor: torch.Tensor) -> tuple:
+    """A tensor's dtype, shape and bytes: equal signatures, equal tensors."""
+    return str(tensor.dtype), tuple(tensor.shape), tensor.contiguous().view(torch.uint8).numpy().tobytes()
+
+
+def master_keys(adapter_file: Path, state: dict) -> dict[str, list] | None:
+    """``{index: [key, dtype]}``: for each float32 master of ``state``, an adapter tensor it rounds to exactly, one
+    tensor each, every tensor taken; None where there is no such pairing (the adapter's weights must then be kept).
+
+    Masters that round to the same values (a LoRA ``B`` still at zero, say) may take each other's keys: the adapter
+    written from the pairing is the same.
+    """
+    masters = state["optimizer"].get("masters") if isinstance(state["optimizer"], dict) else None
+    tensors = load_file(adapter_file)
+    if not masters or len(masters) != len(tensors):
+        return None
+    free: dict[tuple, list[str]] = {}
+    for key, value in tensors.items():
+        free.setdefault(_signature(value), []).append(key)
+    dtypes = {value.dtype for value in tensors.values()}
+    if len(dtypes) != 1:
+        return None
+    dtype = dtypes.pop()
+    keys = {}
+    for i, master in masters.items():
+        same = free.get(_signature(master.to(dtype)))
+        if not same:
+            return None
+        keys[str(i)] = [same.pop(), str(dtype).removeprefix("torch.")]
+    return keys
 
 
 def _checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
@@ -127,10 +166,11 @@ def pack(run_dir: str | os.PathLike, out: str | os.PathLike, *, step: int | None
     buffer = io.BytesIO()
     torch.save(compact_state(state), buffer)
     before = sum(f.stat().st_size for f in actor.rglob("*") if f.is_file())
-    files = sorted(p for p in adapter.iterdir() if p.is_file())
+    keys = master_keys(adapter / ADAPTER_WEIGHTS, state) if (adapter / ADAPTER_WEIGHTS).is_file() else None
+    files = sorted(p for p in adapter.iterdir() if p.is_file() and not (keys and p.name == ADAPTER_WEIGHTS))
     after = buffer.getbuffer().nbytes + sum(p.stat().st_size for p in files)
     info = {"format": FORMAT, "run": run_dir.name, "global_step": n, "moments": "bfloat16",
-            "actor_bytes": before, "pack_bytes": after}
+            "actor_bytes": before, "pack_bytes": after, "adapter_from_masters": keys}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     with tarfile.open(tmp, "w") as tar:
@@ -195,6 +235,11 @@ def unpack(path: str | os.PathLike, run_dir: str | os.PathLike, *, force: bool =
             target = tmp / member.name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(tar.extractfile(member).read())
+    if info.get("adapter_from_masters"):
+        masters = torch.load(tmp / STATE_FILE, map_location="cpu", weights_only=False)["optimizer"]["masters"]
+        save_file({key: masters[int(i)].to(getattr(torch, dtype)).contiguous()
+                   for i, (key, dtype) in info["adapter_from_masters"].items()},
+                  tmp / "adapter" / ADAPTER_WEIGHTS, metadata={"format": "pt"})
     shutil.rmtree(actor, ignore_errors=True)
     os.replace(tmp, actor)
     return folder

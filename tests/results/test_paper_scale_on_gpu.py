@@ -4,8 +4,10 @@ prepared warm starts carry only their demonstrations, and a folder without them 
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -69,7 +71,7 @@ def test_a_warm_start_folder_without_demonstrations_is_refused(inputs, tmp_path)
 def test_usage_names_every_command():
     done = subprocess.run(["bash", str(SCRIPT), "banana"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    for command in ("bundle", "install", "code", "zeroshot", "sft", "eval", "run", "steps", "ladder", "scaling",
+    for command in ("bundle", "carry_runs", "install", "code", "zeroshot", "sft", "eval", "run", "steps", "ladder", "scaling",
                     "verl_check", "poll"):
         assert command in done.stderr
 
@@ -333,3 +335,64 @@ def test_a_job_whose_vllm_start_up_collided_starts_again(tmp_path, outcomes, tri
     assert counter.read_text() == str(tries)
     log = (tmp_path / "jobs" / "eval_x.log").read_text()
     assert log.count("vLLM's start-up collided") == tries - 1
+
+
+def _kept_run(series: Path, name: str, step: int) -> None:
+    """A run as the repository keeps it: its records (run.json, a checkpoint's replay/) and a resume pack of that
+    checkpoint, made by training.resume_pack from a small LoRA state (bfloat16 adapter, float32 masters)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from training.resume_pack import pack
+
+    run = series / name
+    ckpt = run / f"global_step_{step}"
+    (ckpt / "replay").mkdir(parents=True)
+    (ckpt / "replay" / "meta.json").write_text("{}")
+    (run / "run.json").write_text(json.dumps({"run": name}))
+    gen = torch.Generator().manual_seed(step)
+    masters = {0: torch.randn(8, 16, generator=gen), 1: torch.randn(16, 8, generator=gen)}
+    (ckpt / "actor" / "adapter").mkdir(parents=True)
+    (ckpt / "actor" / "adapter" / "adapter_config.json").write_text('{"r": 8}')
+    save_file({"a.lora_A.weight": masters[0].to(torch.bfloat16), "a.lora_B.weight": masters[1].to(torch.bfloat16)},
+              ckpt / "actor" / "adapter" / "adapter_model.safetensors", metadata={"format": "pt"})
+    state = {i: {"step": torch.tensor(3.0), "exp_avg": m / 10, "exp_avg_sq": m ** 2} for i, m in masters.items()}
+    torch.save({"optimizer": {"adamw": {"state": state, "param_groups": [{"params": [0, 1]}]}, "masters": masters},
+                "global_step": step}, ckpt / "actor" / "trainer_state.pt")
+    pack(run, series / "packs" / f"{name}.tar")
+    shutil.rmtree(ckpt / "actor")  # the repository keeps the records without weights
+
+
+def test_runs_kept_in_the_repository_travel_as_records_and_packs_and_unpack_where_they_ran(tmp_path):
+    series = tmp_path / "series"
+    _kept_run(series, "ocsd_a", 6)
+    _kept_run(series, "grpo_a", 8)
+    done = subprocess.run(["bash", str(SCRIPT), "carry_runs", str(series), str(tmp_path / "runs")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "2 runs into" in done.stdout
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        "grpo_a.pack.tar", "grpo_a.tgz", "ocsd_a.pack.tar", "ocsd_a.tgz"]
+    there = tmp_path / "there"  # what install does with them: the records, then each pack into its run
+    there.mkdir()
+    for name, step in (("ocsd_a", 6), ("grpo_a", 8)):
+        with tarfile.open(tmp_path / "runs" / f"{name}.tgz") as records:
+            assert not [n for n in records.getnames() if "/actor" in n]
+            records.extractall(there)
+        unpacked = subprocess.run([sys.executable, "-m", "training.resume_pack", "unpack",
+                                   str(tmp_path / "runs" / f"{name}.pack.tar"), str(there / name)], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=120)
+        assert unpacked.returncode == 0, unpacked.stderr
+        actor = there / name / f"global_step_{step}" / "actor"
+        assert (actor / "trainer_state.pt").is_file() and (actor / "adapter" / "adapter_model.safetensors").is_file()
+    script = SCRIPT.read_text()  # install runs the same command for every carried pack
+    assert 'python3 -m training.resume_pack unpack "$f" "$RUNS_DIR/$(basename "$f" .pack.tar)"' in script
+
+
+def test_a_pack_without_its_records_is_refused(tmp_path):
+    series = tmp_path / "series"
+    _kept_run(series, "ocsd_a", 6)
+    shutil.rmtree(series / "ocsd_a")
+    done = subprocess.run(["bash", str(SCRIPT), "carry_runs", str(series), str(tmp_path / "runs")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "ocsd_a.tar has no records in" in done.stderr

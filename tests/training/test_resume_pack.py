@@ -4,9 +4,11 @@ generated games, a tiny model in bfloat16 so that the optimizer keeps float32 ma
 from __future__ import annotations
 
 import shutil
+import tarfile
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 pytest.importorskip("alfworld", reason="the ALFWorld engine (envs extra) is not installed")
 pytest.importorskip("verl", reason="verl (verl extra) is not installed")
@@ -21,7 +23,8 @@ from training.trainer import STATE_FILE, Trainer  # noqa: E402
 LR = 1e-3
 SETTINGS = dict(model="tiny", batch_size=1, group_size=2, max_steps=2, max_response_length=8, max_prompt_length=1024,
                 save_freq=1, test_freq=0, progress=False, rho=0.5, micro_batch_tokens=4096, seed=3, kl_coef=0.0,
-                lr=LR, lora_rank=4, lora_alpha=8, save_merged=False, dtype="bfloat16")
+                lr=LR, lora_rank=4, lora_alpha=8, save_merged=False, dtype="bfloat16",
+                method="opsd")  # a distillation loss: gradients where every group is flat (the tiny model never wins)
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +55,22 @@ def test_pack_keeps_masters_and_rounds_only_the_moments(runs, tmp_path):
     run = tmp_path / "part"
     shutil.copytree(runs / "part", run)
     before = _state(run, 1)
-    adapter = {p.name: p.read_bytes() for p in (run / "global_step_1" / "actor" / "adapter").iterdir()}
+    weights = run / "global_step_1" / "actor" / "adapter" / "adapter_model.safetensors"
+    adapter, config = load_file(weights), weights.with_name("adapter_config.json").read_bytes()
     out = pack(run, tmp_path / "part.tar")
     info = read_pack_info(out)
     assert info["global_step"] == 1 and info["run"] == "part" and info["pack_bytes"] < info["actor_bytes"]
+    # every master rounds to one adapter tensor: the pack holds the masters, not the adapter's weights
+    assert len(info["adapter_from_masters"]) == len(adapter)
+    with tarfile.open(out) as tar:
+        assert "adapter/adapter_model.safetensors" not in tar.getnames()
     shutil.rmtree(run / "global_step_1" / "actor")
     assert (unpack(out, run) / "actor" / STATE_FILE).is_file()
     after = _state(run, 1)
     assert after["global_step"] == 1
     assert before["optimizer"]["masters"], "a bfloat16 model must have float32 masters"
+    # LoRA's B moved (its A waits a step: B starts at zero), so some moments are rounded for real
+    assert sum(bool(s["exp_avg_sq"].abs().sum() > 0) for s in before["optimizer"]["adamw"]["state"].values()) > 0
     for i, master in before["optimizer"]["masters"].items():
         assert master.dtype == torch.float32 and torch.equal(after["optimizer"]["masters"][i], master)
     for key, per_param in before["optimizer"]["adamw"]["state"].items():
@@ -70,7 +80,22 @@ def test_pack_keeps_masters_and_rounds_only_the_moments(runs, tmp_path):
                 assert got.dtype == torch.bfloat16 and torch.equal(got, value.to(torch.bfloat16))
             else:
                 assert torch.equal(got, value)
-    assert {p.name: p.read_bytes() for p in (run / "global_step_1" / "actor" / "adapter").iterdir()} == adapter
+    rebuilt = load_file(weights)
+    assert rebuilt.keys() == adapter.keys() and all(torch.equal(rebuilt[k], adapter[k]) for k in adapter)
+    assert all(rebuilt[k].dtype == adapter[k].dtype for k in adapter)
+    assert weights.with_name("adapter_config.json").read_bytes() == config
+
+
+def test_a_float32_adapter_has_no_masters_and_is_kept_as_saved(tmp_path, games):
+    run = tmp_path / "fp32"
+    Trainer(make_config(dict(SETTINGS, run_dir=str(run), total_steps=1, dtype="float32")), games=games).fit()
+    weights = run / "global_step_1" / "actor" / "adapter" / "adapter_model.safetensors"
+    saved = weights.read_bytes()
+    out = pack(run, tmp_path / "fp32.tar")
+    assert read_pack_info(out)["adapter_from_masters"] is None
+    shutil.rmtree(run / "global_step_1" / "actor")
+    unpack(out, run)
+    assert weights.read_bytes() == saved
 
 
 def test_a_run_resumed_from_a_pack_continues_within_the_moments_rounding(runs, tmp_path, games):
@@ -83,6 +108,9 @@ def test_a_run_resumed_from_a_pack_continues_within_the_moments_rounding(runs, t
     assert resumed.start_step == 2
     resumed.fit()
     whole, got = _state(runs / "whole", 2)["optimizer"], _state(run, 2)["optimizer"]
+    first = _state(runs / "whole", 1)["optimizer"]
+    moved = max((whole["masters"][i] - first["masters"][i]).abs().max().item() for i in whole["masters"])
+    assert moved > LR / 2  # step 2 moves the weights by about lr: the bound below is not met trivially
     # step 2's AdamW step reads moments rounded by at most 2**-9 relative: each master moves by at most
     # lr * |m/sqrt(v)| * (a few 2**-9) from where the uninterrupted run put it
     for i, master in whole["masters"].items():
@@ -109,6 +137,12 @@ def test_compact_state_rounds_plain_adamw_and_master_weight_states():
             assert torch.equal(small_inner[key]["step"], inner[key]["step"])
             assert inner[key]["exp_avg"].dtype == torch.float32  # the input is not changed
         assert small["global_step"] == 7
+
+
+def test_the_pack_reads_the_trainers_state_file():
+    import training.resume_pack
+
+    assert training.resume_pack.STATE_FILE == STATE_FILE
 
 
 def test_refusals_name_the_folder_or_file(runs, tmp_path, capsys):
