@@ -60,13 +60,6 @@ class PackError(RuntimeError):
     """A pack cannot be written or read back; the message names the file or folder."""
 
 
-def _adamw_state(optimizer_state: dict) -> dict:
-    """The ``state`` dict of a plain AdamW state, or of :class:`~training.precision.MasterWeightAdamW`'s
-    ``{"adamw": ..., "masters": ...}``."""
-    inner = optimizer_state["adamw"] if "adamw" in optimizer_state else optimizer_state
-    return inner["state"]
-
-
 def compact_state(state: dict, dtype: torch.dtype = torch.bfloat16) -> dict:
     """A copy of a trainer state (``{"optimizer": ..., "global_step": ...}``) with AdamW's moments cast to ``dtype``.
 
