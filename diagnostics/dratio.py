@@ -31,7 +31,7 @@ from diagnostics.load import DiagData, DiagnosticsError
 from diagnostics.options import command_parser, load_args
 from diagnostics.roles import ROLES, get_lexicon
 from ocsd.environments.lexicon import Lexicon
-from diagnostics.stats import DegenerateInputWarning
+from diagnostics.stats import DegenerateInputWarning, nanmean
 from diagnostics.wordtable import word_table
 from ocsd.cli import emit, entry_point, format_table
 
@@ -84,9 +84,7 @@ def checkpoint_mean(values, groups, ckpt, clusters, *, n_groups: int, n_boot: in
         c = np.asarray((cnts.T @ weights.T).T).reshape(len(weights), n_ck, n_groups)
         with np.errstate(invalid="ignore", divide="ignore"):
             per = np.where(c > 0, s / np.where(c > 0, c, 1), np.nan)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return np.nanmean(per, axis=1)
+        return nanmean(per, axis=1)
 
     if n_cl == 0:
         return [bootstrap_result(np.nan, np.full(n_boot, np.nan), ci) for _ in range(n_groups)]

@@ -47,7 +47,7 @@ from diagnostics.bootstrap import (BootstrapResult, bootstrap_result, as_generat
                                    paired_delta_auroc)
 from diagnostics.load import STAGES, DiagData
 from diagnostics.options import command_parser, load_args, show_progress
-from diagnostics.stats import DegenerateInputWarning, grouped_auroc
+from diagnostics.stats import DegenerateInputWarning, grouped_auroc, nanmean
 from ocsd.cli import emit, entry_point, format_table, positive_int
 
 __all__ = ["MATCHED_DRAWS", "standardize_within", "matched_keep", "matched_auroc", "matched_delta", "robustness",
@@ -123,7 +123,7 @@ def _matched_value(y, scores, ckpt, n_ckpt, keep) -> np.ndarray:
     out = np.empty(scores.shape[1])
     for j in range(scores.shape[1]):
         per = grouped_auroc(y[keep], scores[keep, j], ckpt[keep], n_groups=n_ckpt)
-        out[j] = np.nanmean(per) if np.isfinite(per).any() else np.nan
+        out[j] = nanmean(per)
     return out
 
 
@@ -135,9 +135,7 @@ def _averaged_matched_value(y, scores, ckpt, n_ckpt, strata, rng, *, max_per_cla
     values = np.stack([_matched_value(y, scores, ckpt, n_ckpt,
                                       matched_keep(y, strata, rng.random(y.size), max_per_class=max_per_class))
                        for _ in range(draws)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a column no draw defines stays nan
-        return np.nanmean(values, axis=0)
+    return nanmean(values, axis=0)  # a column no draw defines stays nan
 
 
 def _check_draws(draws: int) -> None:

@@ -25,11 +25,20 @@ __all__ = [
     "auroc",
     "AurocEngine",
     "grouped_auroc",
+    "nanmean",
 ]
 
 
 class DegenerateInputWarning(UserWarning):
     """An estimator was asked for a value that is undefined on its input (it returns nan)."""
+
+
+def nanmean(values, axis: int | None = None) -> np.ndarray | float:
+    """:func:`numpy.nanmean` without its warning: a slice with no finite value gives nan quietly (a checkpoint or
+    a bootstrap replicate where an estimator is undefined is left out of an average, not reported each time)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(values, axis=axis)
 
 
 def _check_scores_labels(y_true, y_score) -> tuple[np.ndarray, np.ndarray]:

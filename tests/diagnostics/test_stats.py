@@ -1,6 +1,8 @@
 """AUROC and the cluster bootstrap against independent references."""
 
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy.stats import rankdata
@@ -8,7 +10,7 @@ from sklearn.metrics import roc_auc_score
 
 from diagnostics.bootstrap import (bootstrap_auroc, cluster_counts, cluster_indices, counts_from_indices,
                                    paired_delta_auroc, percentile_ci)
-from diagnostics.stats import AurocEngine, DegenerateInputWarning, auroc, grouped_auroc
+from diagnostics.stats import AurocEngine, DegenerateInputWarning, auroc, grouped_auroc, nanmean
 
 
 def pairwise_auroc(y, s, w=None):
@@ -146,3 +148,22 @@ def test_paired_delta_uses_same_resamples():
     ra, rb = bootstrap_auroc(y, np.column_stack([a, b]), clusters, n_boot=200, seed=0)
     assert d.estimate == pytest.approx(ra.estimate - rb.estimate, abs=1e-12)
     assert d.ci_low <= d.estimate <= d.ci_high
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_nanmean_is_numpys_without_the_warning(seed):
+    rng = np.random.default_rng(seed)
+    values = rng.normal(size=(6, 5))
+    values[rng.random(values.shape) < 0.4] = np.nan
+    values[2] = np.nan  # a slice with nothing finite
+    values[:, 3] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        for axis in (None, 0, 1):
+            got = nanmean(values, axis=axis)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                want = np.nanmean(values, axis=axis)
+            np.testing.assert_array_equal(got, want)
+    assert np.isnan(nanmean(values, axis=1)[2]) and np.isnan(nanmean(values, axis=0)[3])
+    assert np.isnan(nanmean(np.full(3, np.nan)))
