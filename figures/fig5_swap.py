@@ -237,6 +237,11 @@ def groups(inputs: Sequence[SwapInput], *, per_checkpoint: bool = False) -> list
     return out
 
 
+#: the longest tick-label line (characters) drawn upright: at fontsize 8 a longer one reaches past its group's 1.2 inches
+#: into the next (a run name such as ``ocsd_qwen0.5b_s1``, 16 characters, did)
+SLANT_ABOVE = 12
+
+
 def paper_groups() -> list[Group]:
     """The paper's three settings (:data:`figures.paper.SWAP_AUROC`), labelled ``"paper <model>"``, no intervals."""
     from figures.paper import SWAP_AUROC
@@ -268,7 +273,7 @@ def draw(drawn: Sequence[Group], *, title: str | None = None):
     n = len(drawn)
     labels = [g.label.replace("paper ", "paper\n", 1) if g.paper else g.label for g in drawn]
     longest = max((len(line) for lab in labels for line in lab.split("\n")), default=0)
-    crowded = n > 8 or longest > 16  # tick labels side by side would touch: slant them
+    crowded = n > 8 or longest > SLANT_ABOVE  # tick labels side by side would touch: slant them
     fig, ax = plt.subplots(figsize=(max(5.0, (0.8 if crowded else 1.2) * n + 2.6), 3.8))
     ax.set_gid("auroc")
     x = np.arange(n)

@@ -234,3 +234,16 @@ def test_caption_names_left_out_steps_and_another_orientation(tmp_path):
     assert "3 step(s) without enough donors left out" in text and "higher mean |e| predicts invalid" in text
     plain = fig5_swap.caption([fig5_swap.read_swap(write_swap(tmp_path / "b"))], [])
     assert "donors left out" not in plain and "predicts" not in plain
+
+
+@pytest.mark.parametrize("runs, slanted", [(("ocsd_s1", "grpo_s1"), False),
+                                           (("ocsd_qwen0.5b_s1", "grpo_qwen0.5b_s1"), True)])
+def test_run_names_too_long_to_stand_side_by_side_are_slanted(runs, slanted):
+    nan = float("nan")
+    made = [fig5_swap.Group(f"{run}\nstep 6", "checkpoint", *({"auroc": 0.6, "ci_low": nan, "ci_high": nan},) * 2,
+                            source="swap.json")
+            for run in runs]
+    fig = fig5_swap.draw(made + fig5_swap.paper_groups())
+    ticks = fig.axes[0].get_xticklabels()
+    assert [t.get_text() for t in ticks][:2] == [g.label for g in made]
+    assert {t.get_rotation() for t in ticks} == ({30.0} if slanted else {0.0})
