@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ocsd.records.checkpoint import checkpoint_dirs
+from ocsd.records.checkpoint import checkpoint_dirs, checkpoint_folders
 
 __all__ = ["MOMENTS", "PackError", "compact_state", "master_keys", "pack", "unpack", "read_pack_info"]
 
@@ -119,13 +119,17 @@ def master_keys(adapter_file: Path, state: dict) -> dict[str, list] | None:
 
 
 def _checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
-    """``(N, global_step_N)`` of ``run_dir``: the given step, or the last whose ``actor/`` holds a trainer state."""
-    found = [(n, path) for n, path in checkpoint_dirs(run_dir) if (path / "actor" / STATE_FILE).is_file()]
+    """``(N, global_step_N)`` of ``run_dir``: the given step, or the last complete checkpoint whose ``actor/`` holds a
+    trainer state (the one ``training.trainer.resume_point`` resumes from; a half-written one is passed over)."""
+    complete = set(checkpoint_folders(run_dir, warn=False))
+    found = [(n, path) for n, path in checkpoint_dirs(run_dir)
+             if path in complete and (path / "actor" / STATE_FILE).is_file()]
     if step is not None:
         found = [(n, path) for n, path in found if n == step]
     if not found:
         which = f"global_step_{step}" if step is not None else "any checkpoint"
-        raise PackError(f"{run_dir}: {which} has no actor/{STATE_FILE} (a checkpoint written with weights)")
+        raise PackError(f"{run_dir}: {which} has no actor/{STATE_FILE} and replay/meta.json (a complete checkpoint "
+                        f"written with weights)")
     return found[-1]
 
 

@@ -145,6 +145,15 @@ def test_the_pack_reads_the_trainers_state_file():
     assert training.resume_pack.STATE_FILE == STATE_FILE
 
 
+def test_a_half_written_checkpoint_is_passed_over_as_the_trainer_does(runs, tmp_path):
+    run = tmp_path / "whole"
+    shutil.copytree(runs / "whole", run)
+    (run / "global_step_2" / "replay" / "meta.json").unlink()  # its replay/ was being written when the run stopped
+    assert read_pack_info(pack(run, tmp_path / "whole.tar"))["global_step"] == 1
+    with pytest.raises(PackError, match="global_step_2 has no actor/trainer_state.pt and replay/meta.json"):
+        pack(run, tmp_path / "two.tar", step=2)
+
+
 def test_refusals_name_the_folder_or_file(runs, tmp_path, capsys):
     with pytest.raises(PackError, match="global_step_9 has no actor/trainer_state.pt"):
         pack(runs / "part", tmp_path / "x.tar", step=9)
