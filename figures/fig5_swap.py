@@ -237,8 +237,8 @@ def groups(inputs: Sequence[SwapInput], *, per_checkpoint: bool = False) -> list
     return out
 
 
-#: the longest tick-label line (characters) drawn upright: at fontsize 8 a longer one reaches past its group's 1.2 inches
-#: into the next (a run name such as ``ocsd_qwen0.5b_s1``, 16 characters, did)
+#: the longest tick-label line (characters) drawn upright: at fontsize 8 a longer one reaches past its group's
+#: 1.2 inches into the next (a run name such as ``ocsd_qwen0.5b_s1``, 16 characters, did)
 SLANT_ABOVE = 12
 
 

@@ -359,7 +359,8 @@ poll)
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null || true ;;
 *)
     echo "usage: bash results/paper_scale_on_gpu.sh bundle DIR | carry_runs SERIES DIR | install DIR |" \
-         "code SNAP.tar | zeroshot MODEL... | sft NAME CONFIG | eval NAME CKPT | run NAME METHOD MODEL WARM SEED | steps NAME MODEL |" \
+         "code SNAP.tar | zeroshot MODEL... | sft NAME CONFIG | eval NAME CKPT |" \
+         "run NAME METHOD MODEL WARM SEED | steps NAME MODEL |" \
          "ladder NAME RUN MODEL... | scaling |" \
          "verl_check | poll SECONDS" >&2
     exit 2 ;;

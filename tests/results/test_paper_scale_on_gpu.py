@@ -71,8 +71,8 @@ def test_a_warm_start_folder_without_demonstrations_is_refused(inputs, tmp_path)
 def test_usage_names_every_command():
     done = subprocess.run(["bash", str(SCRIPT), "banana"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    for command in ("bundle", "carry_runs", "install", "code", "zeroshot", "sft", "eval", "run", "steps", "ladder", "scaling",
-                    "verl_check", "poll"):
+    for command in ("bundle", "carry_runs", "install", "code", "zeroshot", "sft", "eval", "run", "steps", "ladder",
+                    "scaling", "verl_check", "poll"):
         assert command in done.stderr
 
 
