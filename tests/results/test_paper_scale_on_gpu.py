@@ -71,8 +71,8 @@ def test_a_warm_start_folder_without_demonstrations_is_refused(inputs, tmp_path)
 def test_usage_names_every_command():
     done = subprocess.run(["bash", str(SCRIPT), "banana"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    for command in ("bundle", "carry_runs", "install", "code", "zeroshot", "sft", "eval", "run", "steps", "ladder",
-                    "scaling", "verl_check", "poll"):
+    for command in ("prepare", "bundle", "carry_runs", "install", "code", "zeroshot", "sft", "eval", "run", "steps",
+                    "ladder", "scaling", "verl_check", "poll"):
         assert command in done.stderr
 
 
@@ -396,3 +396,43 @@ def test_a_pack_without_its_records_is_refused(tmp_path):
     done = subprocess.run(["bash", str(SCRIPT), "carry_runs", str(series), str(tmp_path / "runs")], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "ocsd_a.tar has no records in" in done.stderr
+
+
+def _prepare(tmp_path, *args, venv=True):
+    env = {"PATH": "/usr/bin:/bin", "VENV": str(tmp_path / "venv")}
+    if venv:  # a virtual environment's python, as scripts/install.sh leaves it
+        (tmp_path / "venv" / "bin").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "venv" / "bin" / "python").unlink(missing_ok=True)
+        (tmp_path / "venv" / "bin" / "python").symlink_to(sys.executable)
+    return subprocess.run(["bash", str(SCRIPT), "prepare", *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_prepare_keeps_the_parts_a_workstation_still_has_and_carries_the_series_runs(tmp_path):
+    prepared = tmp_path / "prepared"
+    kept = {"stack/parts/SHA256SUMS": "stack", "models/SHA256SUMS": "models", "carry/site312.tar.xz": "site",
+            "games/json_2.1.1/valid/g/game.tw-pddl": "game"}
+    for path, text in kept.items():  # what an earlier prepare left (downloads are not repeated)
+        (prepared / path).parent.mkdir(parents=True, exist_ok=True)
+        (prepared / path).write_text(text)
+    series = tmp_path / "series"
+    _kept_run(series, "ocsd_a", 6)
+    (prepared / "runs").mkdir()
+    (prepared / "runs" / "stale.pack.tar").write_text("an earlier series")  # runs are always carried afresh
+    done = _prepare(tmp_path, prepared, series)
+    assert done.returncode == 0, done.stderr
+    assert {path: (prepared / path).read_text() for path in kept} == kept
+    assert sorted(p.name for p in (prepared / "runs").iterdir()) == ["ocsd_a.pack.tar", "ocsd_a.tgz"]
+    assert f"STACK_PARTS={prepared}/stack/parts MODEL_PARTS={prepared}/models CARRY={prepared}/carry" in done.stdout
+    assert f"RUNS={prepared}/runs" in done.stdout and "bundle OUT" in done.stdout
+
+
+@pytest.mark.parametrize("venv, series, message", [
+    (False, None, "venv/bin/python not found: bash scripts/install.sh first"),
+    (True, "empty", "empty has no packs/ folder"),
+])
+def test_prepare_refuses_before_it_downloads_anything(tmp_path, venv, series, message):
+    args = [tmp_path / "prepared"] + ([tmp_path / series] if series else [])
+    done = _prepare(tmp_path, *args, venv=venv)
+    assert done.returncode == 2 and message in done.stderr
+    assert not (tmp_path / "prepared").exists()
