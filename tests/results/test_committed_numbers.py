@@ -66,3 +66,13 @@ def test_the_strata_are_recomputed(by, capsys):
             assert fresh[part][signal] == pytest.approx(values, abs=1e-9)
     for part, values in stored["delta"].items():
         assert fresh["delta"][part] == pytest.approx(values, abs=1e-9)
+
+
+def test_the_diagnosis_along_training_is_recomputed():
+    """The third series' windows of 4 steps (``results/paper_scale/by_step/series3.json``) from its run folders."""
+    from diagnostics.by_step import by_step
+
+    series = RESULTS / "paper_scale" / "valid_train_series3"
+    stored = _read(RESULTS / "paper_scale" / "by_step" / "series3.json")
+    fresh = by_step(load(sorted(series.glob("*_s?"))), width=4, n_boot=1000, seed=0)
+    _same(json.loads(json.dumps(fresh)), stored)
