@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from figures._common import FigureError, add_output_options, read_json_file, wrote
-from figures.drawing import add_caption, pyplot, save_figure
+from figures.drawing import add_caption, pyplot, save_and_close
 from ocsd.cli import entry_point, write_json
 
 __all__ = ["NAME", "read_inputs", "series", "draw", "build", "main"]
@@ -126,10 +126,7 @@ def build(paths: Sequence, out_dir, *, labels: Sequence[str] | None = None, abla
     boots = {str(result["n_boot"]) for _, result in inputs}
     add_caption(fig, "; ".join(parts) + f". Whiskers: {'/'.join(sorted(ci))} intervals of "
                      f"{'/'.join(sorted(boots))} trajectory-cluster resamples within each window.")
-    try:
-        written = save_figure(fig, out_dir, NAME, pdf=pdf, dpi=dpi)
-    finally:
-        pyplot().close(fig)
+    written = save_and_close(fig, out_dir, NAME, pdf=pdf, dpi=dpi)
     values = Path(out_dir) / f"{NAME}_fig.json"
     write_json(values, data)
     return [*written, values]

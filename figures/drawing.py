@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["pyplot", "save_figure", "number", "bar_chart", "word_cloud"]
+__all__ = ["pyplot", "save_figure", "save_and_close", "number", "bar_chart", "word_cloud"]
 
 
 def _use_agg() -> None:
@@ -81,6 +81,14 @@ def save_figure(fig, out_dir, name: str, *, pdf: bool = False, dpi: int = 150) -
         paths.append(out_dir / f"{name}.pdf")
         fig.savefig(paths[1], bbox_inches="tight")
     return paths
+
+
+def save_and_close(fig, out_dir, name: str, *, pdf: bool = False, dpi: int = 150) -> list[Path]:
+    """:func:`save_figure`, then close ``fig`` whether or not the files could be written; the paths written."""
+    try:
+        return save_figure(fig, out_dir, name, pdf=pdf, dpi=dpi)
+    finally:
+        pyplot().close(fig)
 
 
 def number(value) -> float:

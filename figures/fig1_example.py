@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from figures._common import FigureError, check_run_dir, figure_parser, wrote
-from figures.drawing import add_caption, pyplot, save_figure
+from figures.drawing import add_caption, pyplot, save_and_close
 from ocsd.cli import entry_point
 
 if TYPE_CHECKING:
@@ -151,10 +151,7 @@ def build(run_dir, out_dir, *, step: str | None = None, pdf: bool = False, dpi: 
     add_caption(fig, f"{Path(run_dir).name}, global step {example.global_step}, "
                      f"{example.traj_uid}:{example.step_idx} ({example.chosen}); {len(example.tokens)} tokens, "
                      f"mean |e| {example.mean_abs_residual:.3f}")
-    try:
-        paths = save_figure(fig, out_dir, NAME, pdf=pdf, dpi=dpi)
-    finally:
-        pyplot().close(fig)
+    paths = save_and_close(fig, out_dir, NAME, pdf=pdf, dpi=dpi)
     page = Path(out_dir) / f"{NAME}.html"
     page.write_text(to_html(example), encoding="utf-8")
     values = Path(out_dir) / f"{NAME}.json"

@@ -26,7 +26,7 @@ from matplotlib.ticker import MaxNLocator
 
 from diagnostics.runs import VAL_OVERALL, VAL_PREFIX
 from figures._common import RunInfo, SkipFigure, check_paper_model, figure_parser, load_runs, wrote
-from figures.drawing import add_caption, pyplot, runs_caption, save_figure
+from figures.drawing import add_caption, pyplot, runs_caption, save_and_close
 from ocsd.cli import entry_point
 
 __all__ = ["Curve", "curves", "draw", "build", "line_styles", "main", "paper_lines"]
@@ -201,10 +201,7 @@ def build(run_dirs: Sequence, out_dir, *, labels: Sequence[str] | None = None, n
     fig = draw(panels, paper=paper, paper_model=paper_reference or "")
     add_caption(fig, runs_caption(runs) + (f"; dashed: the paper's final validation success on {paper_reference} "
                                            f"(Table 1)" if paper else ""))
-    try:
-        return save_figure(fig, out_dir, name, pdf=pdf, dpi=dpi)
-    finally:
-        pyplot().close(fig)
+    return save_and_close(fig, out_dir, name, pdf=pdf, dpi=dpi)
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from figures._common import FigureError, SkipFigure, check_run_dir, figure_parser, read_json_file, wrote
-from figures.drawing import add_caption, number, pyplot, save_figure
+from figures.drawing import add_caption, number, pyplot, save_and_close
 from ocsd.cli import entry_point, write_json
 
 __all__ = ["SWAP_FILE", "SwapInput", "Group", "swap_command", "read_swap", "find_inputs", "groups", "paper_groups",
@@ -409,10 +409,7 @@ def build(run_dirs: Sequence = (), out_dir="figures_out", *, swap_files: Sequenc
     drawn = ours + (paper_groups() if paper_reference else [])
     fig = draw(drawn)
     add_caption(fig, caption(inputs, drawn, per_checkpoint=per_checkpoint))  # wrapped to the figure's width there
-    try:
-        paths = save_figure(fig, out_dir, name, pdf=pdf, dpi=dpi)
-    finally:
-        pyplot().close(fig)
+    paths = save_and_close(fig, out_dir, name, pdf=pdf, dpi=dpi)
     values = {"groups": [{"label": g.label, "kind": g.kind, "global_step": g.global_step, "source": g.source,
                           **{c: getattr(g, c) for c in CONDITIONS}, **g.counts} for g in drawn],
               "per_checkpoint": per_checkpoint, "paper_reference": paper_reference,

@@ -29,7 +29,7 @@ import numpy as np
 
 from diagnostics.runs import PhaseTimes, phase_times
 from figures._common import FigureError, SkipFigure, figure_parser, load_runs, wrote
-from figures.drawing import add_caption, pyplot, runs_caption, save_figure
+from figures.drawing import add_caption, pyplot, runs_caption, save_and_close
 from ocsd.cli import entry_point
 
 __all__ = ["PHASES", "axis_break", "draw", "draw_modules", "table", "build", "main"]
@@ -232,16 +232,10 @@ def build(run_dirs: Sequence, out_dir, *, labels: Sequence[str] | None = None, s
                     f"modulation {RUNTIME['modulation_s'].mean} s per iteration = {RUNTIME['overhead_percent'].mean}%")
     fig = draw(times)
     add_caption(fig, caption)
-    try:
-        paths = save_figure(fig, out_dir, name, pdf=pdf, dpi=dpi)
-    finally:
-        pyplot().close(fig)
+    paths = save_and_close(fig, out_dir, name, pdf=pdf, dpi=dpi)
     fig = draw_modules(times)
     add_caption(fig, caption)
-    try:
-        paths += save_figure(fig, out_dir, f"{name}_modules", pdf=pdf, dpi=dpi)
-    finally:
-        pyplot().close(fig)
+    paths += save_and_close(fig, out_dir, f"{name}_modules", pdf=pdf, dpi=dpi)
     md = Path(out_dir) / f"{name}.md"
     md.write_text(text + "\n")
     return [*paths, md]

@@ -24,7 +24,7 @@ from typing import Sequence
 
 from diagnostics.runs import VAL_OVERALL, SeedStats, validation_stats
 from figures._common import SkipFigure, add_output_options, check_paper_model, check_run_dir, load_runs, wrote
-from figures.drawing import pyplot, save_figure
+from figures.drawing import pyplot, save_and_close
 from ocsd.algorithm.protocol import PAPER_BETA, PAPER_RHO
 from ocsd.cli import entry_point
 
@@ -143,7 +143,7 @@ def build(index, out_dir, *, rho_default: float = PAPER_RHO, beta_default: float
                + ("; paper points: the values its text states" if reference else ""))
     fig = draw(points, defaults=defaults, paper=reference, caption=caption)
     out_dir = Path(out_dir)
-    written = save_figure(fig, out_dir, NAME, pdf=pdf, dpi=dpi)
+    written = save_and_close(fig, out_dir, NAME, pdf=pdf, dpi=dpi)
     values = {sweep: [{"x": x, "mean": s.mean, "std": s.std, "n": s.n} for x, s in pts]
               for sweep, pts in points.items()}
     values.update(defaults={"rho": rho_default, "beta": beta_default}, runs=n_runs,

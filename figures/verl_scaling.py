@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from figures._common import FigureError, SkipFigure, add_output_options, read_json_file, wrote
-from figures.drawing import add_caption, pyplot, save_figure
+from figures.drawing import add_caption, pyplot, save_and_close
 from ocsd.cli import entry_point
 
 __all__ = ["PHASES", "ScalingPoint", "load_points", "scaling_table", "draw", "build", "main"]
@@ -253,8 +253,7 @@ def build(paths: Sequence, out_dir, *, pdf: bool = False, dpi: int = 150) -> lis
                                 f"GPU: {', '.join(cards) or 'not recorded'}",
                                 "means over " + ", ".join(f"{p.label}: {p.steps_averaged} steps" for p in points)]
                                + ([f"at once: {together}"] if together else [])))
-    written = save_figure(fig, out_dir, NAME, pdf=pdf, dpi=dpi)
-    pyplot().close(fig)
+    written = save_and_close(fig, out_dir, NAME, pdf=pdf, dpi=dpi)
     table_path = Path(out_dir) / f"{NAME}.md"
     table_path.write_text(text + "\n")
     return [*written, table_path]
