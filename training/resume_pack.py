@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ocsd.records.checkpoint import checkpoint_dirs, checkpoint_folders
+from training.resumable import STATE_FILE, resumable_checkpoints
 
 __all__ = ["MOMENTS", "PackError", "compact_state", "master_keys", "pack", "unpack", "read_pack_info"]
 
@@ -51,8 +51,6 @@ __all__ = ["MOMENTS", "PackError", "compact_state", "master_keys", "pack", "unpa
 MOMENTS = ("exp_avg", "exp_avg_sq")
 INFO_FILE = "pack.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
-#: training.trainer.STATE_FILE, not imported from there: a GPU machine unpacks before its stack is on the path
-STATE_FILE = "trainer_state.pt"
 FORMAT = 1
 
 
@@ -121,9 +119,7 @@ def master_keys(adapter_file: Path, state: dict) -> dict[str, list] | None:
 def _checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
     """``(N, global_step_N)`` of ``run_dir``: the given step, or the last complete checkpoint whose ``actor/`` holds a
     trainer state (the one ``training.trainer.resume_point`` resumes from; a half-written one is passed over)."""
-    complete = set(checkpoint_folders(run_dir, warn=False))
-    found = [(n, path) for n, path in checkpoint_dirs(run_dir)
-             if path in complete and (path / "actor" / STATE_FILE).is_file()]
+    found = resumable_checkpoints(run_dir)
     if step is not None:
         found = [(n, path) for n, path in found if n == step]
     if not found:

@@ -52,6 +52,7 @@ from training.pipeline import (Scoring, StepAdvantages, UnscoredStepsError, forw
 from training.policy import Policy, load_policy, timed, write_actor
 from training.precision import make_optimizer
 from training.replay import ReplayScores
+from training.resumable import STATE_FILE, resumable_checkpoints
 from training.rollout.loop import Trajectory
 from training.teachers import teacher_context
 from training.update import LossSettings, UpdateBatch, ppo_update
@@ -65,7 +66,6 @@ RESUMABLE_CHANGES = frozenset({"total_steps", "progress", "resume", "overwrite",
                                "generation_batch", "device", "save_weights", "rollout_engine",
                                "vllm_gpu_memory_utilization", "vllm_enforce_eager",
                                "rollout_pipeline", "old_logprobs", "merged_inference"})
-STATE_FILE = "trainer_state.pt"
 
 
 class TrainingError(RuntimeError):
@@ -91,8 +91,8 @@ def changed_settings(previous: dict, current: dict, resumable: frozenset[str] = 
 
 def resume_point(run_dir: str | os.PathLike) -> Path | None:
     """The last checkpoint with complete replay scores and trainer state, if any."""
-    resumable = [path for path in checkpoint_folders(run_dir, warn=False) if (path / "actor" / STATE_FILE).exists()]
-    return resumable[-1] if resumable else None
+    resumable = resumable_checkpoints(run_dir)
+    return resumable[-1][1] if resumable else None
 
 
 def previous_run(run_dir: Path) -> dict | None:
