@@ -25,7 +25,7 @@ from diagnostics.options import command_parser, load_args
 from diagnostics.stats import DegenerateInputWarning
 from ocsd.cli import emit, entry_point, format_table
 
-__all__ = ["feedback_auroc", "main"]
+__all__ = ["feedback_auroc", "signal_aurocs", "main"]
 
 
 def feedback_auroc(data: DiagData, *, n_boot: int = 1000, ci: float = 0.95, seed=0) -> dict:
@@ -49,18 +49,24 @@ def feedback_auroc(data: DiagData, *, n_boot: int = 1000, ci: float = 0.95, seed
     lab = data.labelled()
     y = lab["y"].to_numpy(bool)
     out = {"n_steps": int(len(lab)), "n_valid": int(y.sum()), "n_invalid": int((~y).sum()),
-           "n_trajectories": int(lab["cluster"].nunique()), "n_boot": int(n_boot), "signals": {}}
+           "n_trajectories": int(lab["cluster"].nunique()), "n_boot": int(n_boot)}
     if out["n_valid"] == 0 or out["n_invalid"] == 0:
         warnings.warn(f"AUROC needs valid and invalid steps; got {out['n_valid']} valid and "
                       f"{out['n_invalid']} invalid: returning nan", DegenerateInputWarning, stacklevel=2)
-        for name in SIGNALS:
-            out["signals"][name] = {"auroc": float("nan"), "ci_low": float("nan"), "ci_high": float("nan")}
-        return out
+    out["signals"] = signal_aurocs(lab, n_boot=n_boot, ci=ci, seed=seed)
+    return out
+
+
+def signal_aurocs(lab, *, n_boot: int = 1000, ci: float = 0.95, seed=0) -> dict:
+    """``{"ablated"|"full"|"residual": {"auroc", "ci_low", "ci_high"}}`` of labelled steps (the rows of
+    :meth:`DiagData.labelled <diagnostics.load.DiagData.labelled>`, or a subset), the three signals on the same
+    trajectory-cluster resamples; all nan, without a warning (the caller says where), when a class is missing."""
+    y = lab["y"].to_numpy(bool)
+    if y.all() or not y.any():
+        return {name: {"auroc": float("nan"), "ci_low": float("nan"), "ci_high": float("nan")} for name in SIGNALS}
     scores = np.column_stack([lab[f"S_{name}"].to_numpy() for name in SIGNALS])
     results = bootstrap_auroc(y, scores, lab["cluster"].to_numpy(), n_boot=n_boot, ci=ci, seed=seed)
-    for name, res in zip(SIGNALS, results):
-        out["signals"][name] = {"auroc": res.estimate, "ci_low": res.ci_low, "ci_high": res.ci_high}
-    return out
+    return {name: {"auroc": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high} for name, r in zip(SIGNALS, results)}
 
 
 def table(result: dict, ci: float = 0.95) -> str:

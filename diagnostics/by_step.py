@@ -21,8 +21,9 @@ from typing import Sequence
 
 import numpy as np
 
-from diagnostics.bootstrap import as_generator, bootstrap_auroc, paired_delta_auroc
-from diagnostics.load import SIGNALS, DiagData
+from diagnostics.auroc import signal_aurocs
+from diagnostics.bootstrap import as_generator, paired_delta_auroc
+from diagnostics.load import DiagData
 from diagnostics.options import command_parser, load_args
 from diagnostics.stats import DegenerateInputWarning
 from ocsd.cli import emit, entry_point, format_table, positive_int
@@ -42,10 +43,6 @@ def step_windows(global_steps, width: int) -> np.ndarray:
         raise ValueError(f"width must be >= 1, got {width}")
     steps = np.asarray(global_steps, dtype=np.int64)
     return (steps - steps.min()) // width if steps.size else steps
-
-
-def _nan_signals() -> dict:
-    return {name: {"auroc": float("nan"), "ci_low": float("nan"), "ci_high": float("nan")} for name in SIGNALS}
 
 
 def by_step(data: DiagData, *, width: int = 1, n_boot: int = 1000, ci: float = 0.95, seed=0) -> dict:
@@ -85,21 +82,18 @@ def by_step(data: DiagData, *, width: int = 1, n_boot: int = 1000, ci: float = 0
                  "global_steps": sorted(int(g) for g in part["global_step"].unique()),
                  "n_checkpoints": int(part["ckpt"].nunique()), "n_steps": int(y.size), "n_valid": int(y.sum()),
                  "n_invalid": int((~y).sum()), "n_trajectories": int(part["cluster"].nunique())}
-        if y.all() or not y.any():
+        one_class = y.all() or not y.any()
+        if one_class:
             warnings.warn(f"global steps {first}-{first + width - 1}: needs valid and invalid steps "
                           f"({entry['n_valid']} valid, {entry['n_invalid']} invalid in "
                           f"{data.checkpoint_names(part['ckpt'])}); its AUROCs are nan", DegenerateInputWarning,
                           stacklevel=2)
-            entry["signals"] = _nan_signals()
+        entry["signals"] = signal_aurocs(part, n_boot=n_boot, ci=ci, seed=int(s))  # nan without both classes
+        if one_class:
             entry["delta"] = {"delta": float("nan"), "ci_low": float("nan"), "ci_high": float("nan")}
         else:
-            clusters = part["cluster"].to_numpy()
-            scores = np.column_stack([part[f"S_{name}"].to_numpy() for name in SIGNALS])
-            results = bootstrap_auroc(y, scores, clusters, n_boot=n_boot, ci=ci, seed=int(s))
-            entry["signals"] = {name: {"auroc": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high}
-                                for name, r in zip(SIGNALS, results)}
-            d = paired_delta_auroc(y, part["S_residual"].to_numpy(), part["S_full"].to_numpy(), clusters,
-                                   n_boot=n_boot, ci=ci, seed=int(s))
+            d = paired_delta_auroc(y, part["S_residual"].to_numpy(), part["S_full"].to_numpy(),
+                                   part["cluster"].to_numpy(), n_boot=n_boot, ci=ci, seed=int(s))
             entry["delta"] = {"delta": d.estimate, "ci_low": d.ci_low, "ci_high": d.ci_high}
         out["windows"].append(entry)
     return out

@@ -80,12 +80,12 @@ def draw(inputs: list[tuple[str, dict]], *, ablated: bool = False):
     data = {label: series(result) for label, result in inputs}
     widths = {result["width"] for _, result in inputs}
     nudge = 0.12 * min(widths)  # inputs side by side within a window
+    offsets = [(i - (len(data) - 1) / 2) * nudge for i in range(len(data))]
     fig, axes = plt.subplots(1, 2, figsize=(13.0, 4.0))
     ax = axes[0]
     ax.set_gid("delta")
     for i, (label, s) in enumerate(data.items()):
-        offset = (i - (len(data) - 1) / 2) * nudge
-        _whiskers(ax, [x + offset for x in s["x"]], s["delta"], color=f"C{i % 10}", label=label)
+        _whiskers(ax, [x + offsets[i] for x in s["x"]], s["delta"], color=f"C{i % 10}", label=label)
     ax.axhline(0.0, color="#333333", lw=0.8, ls="--")
     ax.set_ylabel("Delta AUROC (residual - Full)")
     ax.set_title("(a) residual - Full, paired, per window", fontsize=10)
@@ -93,10 +93,9 @@ def draw(inputs: list[tuple[str, dict]], *, ablated: bool = False):
     ax.set_gid("auroc")
     shown = [s for s in SIGNALS if ablated or s != "ablated"]
     for i, (label, s) in enumerate(data.items()):
-        offset = (i - (len(data) - 1) / 2) * nudge
         for signal in shown:
             name, color = SIGNALS[signal]
-            _whiskers(ax, [x + offset for x in s["x"]], s["auroc"][signal], color=color,
+            _whiskers(ax, [x + offsets[i] for x in s["x"]], s["auroc"][signal], color=color,
                       style=STYLES[i % len(STYLES)], label=f"{name}, {label}" if len(data) > 1 else name)
     ax.axhline(0.5, color="#333333", lw=0.8, ls="--")
     ax.set_ylabel("feedback AUROC (valid vs invalid)")
