@@ -76,3 +76,21 @@ def test_the_diagnosis_along_training_is_recomputed():
     stored = _read(RESULTS / "paper_scale" / "by_step" / "series3.json")
     fresh = by_step(load(sorted(series.glob("*_s?"))), width=4, n_boot=1000, seed=0)
     _same(json.loads(json.dumps(fresh)), stored)
+
+
+@pytest.mark.parametrize("name", ["series3_ocsd_grpo", "series2_ocsd_grpo", "series2_ocsd_grpo_steps1-25",
+                                  "series3_rerun"])
+def test_the_paired_training_steps_are_recomputed(name, capsys):
+    """``results/paper_scale/paired_steps/NAME.json``: the command, rerun on the runs and steps it names."""
+    from diagnostics import paired_steps
+
+    stored = _read(RESULTS / "paper_scale" / "paired_steps" / f"{name}.json")
+    root = RESULTS.parent
+    argv = [x for a, b in stored["runs"] for x in ("--pair", str(root / a), str(root / b))]
+    if "steps" in name:
+        argv += ["--steps", name.rsplit("steps", 1)[1]]
+    assert paired_steps.main(argv + ["--json", "--metric", stored["metric"], "--block", str(stored["block"]),
+                                     "--n-boot", str(stored["n_boot"])]) == 0
+    fresh = json.loads(capsys.readouterr().out)
+    fresh["runs"] = stored["runs"]
+    _same(fresh, stored)
