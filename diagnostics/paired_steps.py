@@ -14,6 +14,9 @@ Command::
 
     python -m diagnostics.paired_steps --pair RUN_A RUN_B [--pair RUN_A2 RUN_B2 ...] [--metric success_rate]
         [--block 4] [--steps FIRST-LAST] [--n-boot 10000] [--ci 0.95] [--seed 0] [--json]
+
+``--json`` adds ``metric``, ``runs`` (the folders as given) and ``labels`` (their names: :func:`pair_labels`) to
+:func:`paired_steps`' result; ``python -m figures.paired_steps`` draws it.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from ocsd.cli import UsageError, emit, entry_point, format_table, non_negative_i
 from ocsd.records.run import read_metrics
 
 __all__ = ["circular_block_indices", "block_bootstrap_means", "StepPair", "step_pair", "paired_steps", "table",
-           "main"]
+           "pair_labels", "main"]
 
 
 def circular_block_indices(n: int, block: int, *, n_boot: int, rng=None) -> np.ndarray:
@@ -210,7 +213,7 @@ def _read_run(path: str, metric: str) -> list[dict]:
     return rows
 
 
-def _labels(a: str, b: str) -> tuple[str, str]:
+def pair_labels(a: str, b: str) -> tuple[str, str]:
     """The two runs' folder names, with their parent folders where the names are the same (a run and its rerun)."""
     pa, pb = Path(a).resolve(), Path(b).resolve()
     if pa.name != pb.name:
@@ -247,10 +250,11 @@ def _main(argv: Sequence[str] | None) -> int:
             raise UsageError(f"--pair {a} {b}: {pair.steps.size} shared step(s) with a finite {args.metric!r}"
                              f"{' in --steps' if args.steps else ''}, fewer than --block {args.block}")
         pairs.append(pair)
-        labels.append(_labels(a, b))
+        labels.append(pair_labels(a, b))
     result = paired_steps(pairs, block=args.block, n_boot=args.n_boot, ci=args.ci, seed=args.seed)
     result["metric"] = args.metric
     result["runs"] = [list(p) for p in args.pair]
+    result["labels"] = [list(label) for label in labels]
     emit(args.json, result, table(result, labels, args.metric))
     return 0
 

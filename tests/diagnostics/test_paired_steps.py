@@ -176,3 +176,8 @@ def test_command_refuses_a_malformed_step_range(runs, capsys, text):
     with pytest.raises(SystemExit):
         ps.main(["--pair", str(runs["s3", "ocsd"]), str(runs["s3", "grpo"]), "--steps", text])
     assert "--steps takes FIRST-LAST" in capsys.readouterr().err
+
+
+def test_labels_name_parent_folders_only_for_a_run_and_its_rerun():
+    assert ps.pair_labels("x/ocsd_s1", "x/grpo_s1") == ("ocsd_s1", "grpo_s1")
+    assert ps.pair_labels("s3/ocsd_s1", "s2/ocsd_s1") == ("s3/ocsd_s1", "s2/ocsd_s1")
