@@ -64,6 +64,40 @@ class RunInfo:
         return self.info.get("seed")
 
 
+def read_labelled_results(paths: Sequence, labels: Sequence[str] | None, *, default_name: str, command: str,
+                          keys: Sequence[str], lacks: str) -> list[tuple[str, dict]]:
+    """``[(label, result)]`` of JSON files that ``command`` wrote, for a figure that draws several side by side; a
+    label defaults to the file's stem.
+
+    Parameters
+    ----------
+    paths : sequence
+        Files, or folders holding ``default_name``.
+    labels : sequence of str or None
+        One per path (``--label``), or none.
+    default_name, command : str
+        The file a folder holds, and the command that writes it (named in the messages).
+    keys : sequence of str
+        Keys every result has; ``lacks`` says in words what a file without them lacks.
+
+    Raises
+    ------
+    FigureError
+        No file, a label count that does not match, or a file that is not such a result (named).
+    """
+    if not paths:
+        raise FigureError(f"no input: give one or more JSON files of {command}")
+    if labels and len(labels) != len(paths):
+        raise FigureError(f"--label given {len(labels)} time(s) for {len(paths)} file(s)")
+    out = []
+    for i, p in enumerate(paths):
+        path, result = read_json_file(p, default_name, f"{Path(default_name).stem} result")
+        if not isinstance(result, dict) or any(k not in result for k in keys):
+            raise FigureError(f"{path}: no {lacks}; expected the output of {command}")
+        out.append((labels[i] if labels else path.stem, result))
+    return out
+
+
 def check_paper_model(model: str) -> None:
     """Refuse a ``--paper-reference`` that is not one of the paper's models (:data:`figures.paper.MODELS`).
 

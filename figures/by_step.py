@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from figures._common import FigureError, add_output_options, read_json_file, wrote
-from figures.drawing import add_caption, pyplot, save_and_close
-from ocsd.cli import entry_point, write_json
+from figures._common import add_output_options, read_labelled_results, wrote
+from figures.drawing import add_caption, pyplot, save_with_values
+from ocsd.cli import entry_point
 
 __all__ = ["NAME", "read_inputs", "series", "draw", "build", "main"]
 
@@ -39,17 +39,8 @@ def read_inputs(paths: Sequence, labels: Sequence[str] | None = None) -> list[tu
     FigureError
         No file, a label count that does not match, or a file that is not a by_step result (named).
     """
-    if not paths:
-        raise FigureError("no input: give one or more JSON files of python -m diagnostics.by_step --json")
-    if labels and len(labels) != len(paths):
-        raise FigureError(f"--label given {len(labels)} time(s) for {len(paths)} file(s)")
-    out = []
-    for i, p in enumerate(paths):
-        path, result = read_json_file(p, "by_step.json", "by_step result")
-        if not isinstance(result, dict) or not isinstance(result.get("windows"), list) or "width" not in result:
-            raise FigureError(f"{path}: no windows; expected the output of python -m diagnostics.by_step --json")
-        out.append((labels[i] if labels else path.stem, result))
-    return out
+    return read_labelled_results(paths, labels, default_name="by_step.json", keys=("windows", "width"),
+                                 lacks="windows", command="python -m diagnostics.by_step --json")
 
 
 def _value(entry: dict, key: str) -> tuple:
@@ -125,10 +116,7 @@ def build(paths: Sequence, out_dir, *, labels: Sequence[str] | None = None, abla
     boots = {str(result["n_boot"]) for _, result in inputs}
     add_caption(fig, "; ".join(parts) + f". Whiskers: {'/'.join(sorted(ci))} intervals of "
                      f"{'/'.join(sorted(boots))} trajectory-cluster resamples within each window.")
-    written = save_and_close(fig, out_dir, NAME, pdf=pdf, dpi=dpi)
-    values = Path(out_dir) / f"{NAME}_fig.json"
-    write_json(values, data)
-    return [*written, values]
+    return save_with_values(fig, out_dir, NAME, data, pdf=pdf, dpi=dpi)
 
 
 def _main(argv: Sequence[str] | None) -> int:

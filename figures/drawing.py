@@ -15,6 +15,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ocsd.cli import write_json
+
 __all__ = ["pyplot", "save_figure", "save_and_close", "number", "bar_chart", "word_cloud"]
 
 
@@ -89,6 +91,14 @@ def save_and_close(fig, out_dir, name: str, *, pdf: bool = False, dpi: int = 150
         return save_figure(fig, out_dir, name, pdf=pdf, dpi=dpi)
     finally:
         pyplot().close(fig)
+
+
+def save_with_values(fig, out_dir, name: str, values, *, values_name: str | None = None, pdf: bool = False,
+                     dpi: int = 150) -> list[Path]:
+    """:func:`save_and_close`, then the values drawn as JSON beside the picture (``values_name``, default
+    ``<name>_fig.json``); all the paths written."""
+    paths = save_and_close(fig, out_dir, name, pdf=pdf, dpi=dpi)
+    return [*paths, write_json(Path(out_dir) / (values_name or f"{name}_fig.json"), values)]
 
 
 def number(value) -> float:

@@ -27,8 +27,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from figures._common import FigureError, SkipFigure, check_run_dir, figure_parser, read_json_file, wrote
-from figures.drawing import add_caption, bar_chart, number, pyplot, save_and_close, word_cloud
-from ocsd.cli import entry_point, write_json
+from figures.drawing import add_caption, bar_chart, number, pyplot, save_with_values, word_cloud
+from ocsd.cli import entry_point
 
 __all__ = ["diagnose_run", "read_report", "BarPanel", "bar_panels", "draw", "write_panels", "write_clouds", "build",
            "main"]
@@ -291,10 +291,7 @@ def build(run_dir, out_dir, *, report=None, n_boot: int = 1000, ci: float = 0.95
                      f"({auroc.get('n_valid', '?')} valid, {auroc.get('n_invalid', '?')} invalid) in "
                      f"{auroc.get('n_trajectories', '?')} trajectories, {auroc.get('n_boot', '?')} cluster resamples; "
                      f"D ratios over {dratio.get('n_checkpoints', '?')} checkpoint(s)")
-    paths = save_and_close(fig, out_dir, name, pdf=pdf, dpi=dpi)
-    values = Path(out_dir) / f"{name}.json"
-    write_json(values, result)
-    return [*paths, values]
+    return save_with_values(fig, out_dir, name, result, values_name=f"{name}.json", pdf=pdf, dpi=dpi)
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Sequence
 
 from figures._common import FigureError, add_output_options, read_json_file, wrote
-from figures.drawing import add_caption, bar_chart, pyplot, save_and_close
+from figures.drawing import add_caption, bar_chart, pyplot, save_with_values
 from figures.paper import FEEDBACK_AUROC, SWAP_AUROC
-from ocsd.cli import entry_point, write_json
+from ocsd.cli import entry_point
 
 __all__ = ["NAME", "rung_label", "panels", "build", "main"]
 
@@ -152,10 +152,7 @@ def build(path, out_dir=None, *, pdf: bool = False, dpi: int = 150) -> list[Path
                      f"labelled selected steps per rung: {', '.join(map(str, data['steps']))}; "
                      f"{ladder['n_boot']} trajectory-cluster resamples, {ladder['ci']:.0%} intervals; paper values: "
                      f"Fig. 2c (model not stated) and the swap appendix (Qwen3-1.7B, 4B, 8B)")
-    paths = save_and_close(fig, out_dir, NAME, pdf=pdf, dpi=dpi)
-    values = out_dir / f"{NAME}_fig.json"
-    write_json(values, data)
-    return [*paths, values]
+    return save_with_values(fig, out_dir, NAME, data, pdf=pdf, dpi=dpi)
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from figures._common import FigureError, add_output_options, read_json_file, wrote
-from figures.drawing import add_caption, pyplot, save_and_close
-from ocsd.cli import entry_point, write_json
+from figures._common import add_output_options, read_labelled_results, wrote
+from figures.drawing import add_caption, pyplot, save_with_values
+from ocsd.cli import entry_point
 
 __all__ = ["NAME", "read_inputs", "rows", "draw", "build", "main"]
 
@@ -37,19 +37,10 @@ def read_inputs(paths: Sequence, labels: Sequence[str] | None = None) -> list[tu
     FigureError
         No file, a label count that does not match, or a file that is not a paired_steps result (named).
     """
-    if not paths:
-        raise FigureError("no input: give one or more JSON files of python -m diagnostics.paired_steps --json")
-    if labels and len(labels) != len(paths):
-        raise FigureError(f"--label given {len(labels)} time(s) for {len(paths)} file(s)")
-    out = []
-    for i, p in enumerate(paths):
-        path, result = read_json_file(p, "paired_steps.json", "paired_steps result")
-        keys = ("pairs", "pooled", "labels", "block", "n_boot", "ci", "metric")
-        if not isinstance(result, dict) or any(k not in result for k in keys):
-            raise FigureError(f"{path}: no pairs, pooled difference and labels; expected the output of "
-                              f"python -m diagnostics.paired_steps --json")
-        out.append((labels[i] if labels else path.stem, result))
-    return out
+    return read_labelled_results(paths, labels, default_name="paired_steps.json",
+                                 keys=("pairs", "pooled", "labels", "block", "n_boot", "ci", "metric"),
+                                 lacks="pairs, pooled difference and labels",
+                                 command="python -m diagnostics.paired_steps --json")
 
 
 def rows(result: dict, scale: float = 1.0) -> list[dict]:
@@ -92,6 +83,7 @@ def draw(inputs: list[tuple[str, dict]], *, percent: bool = False):
         y -= 1.0
     ax.set_yticks(ticks)
     ax.set_yticklabels(names, fontsize=7.5)
+    ax.tick_params(axis="y", length=0)
     ax.set_ylim(y + 0.4, 0.6)
     ax.axvline(0.0, color="#333333", lw=0.8, ls="--")
     metric = sorted({result["metric"] for _, result in inputs})
@@ -114,10 +106,7 @@ def build(paths: Sequence, out_dir, *, labels: Sequence[str] | None = None, perc
     add_caption(fig, f"Each row: the mean of A - B over the training steps both runs have. Whiskers: {ci} intervals "
                      f"of {boots} circular block resamples (blocks of {blocks} consecutive steps) within each pair of "
                      f"runs; they cover the training noise within the runs compared, not what a rerun changes.")
-    written = save_and_close(fig, out_dir, NAME, pdf=pdf, dpi=dpi)
-    values = Path(out_dir) / f"{NAME}_fig.json"
-    write_json(values, data)
-    return [*written, values]
+    return save_with_values(fig, out_dir, NAME, data, pdf=pdf, dpi=dpi)
 
 
 def _main(argv: Sequence[str] | None) -> int:
