@@ -22,8 +22,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from diagnostics.options import add_resampling_options, check_ci
 from diagnostics.runs import paired_task_difference, task_means
-from ocsd.cli import UsageError, entry_point, non_negative_int, positive_int
+from ocsd.cli import UsageError, entry_point
 
 __all__ = ["PROTOCOL", "check_pairing", "compare", "main"]
 
@@ -140,13 +141,9 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("evaluations", nargs="+", metavar="A.json B.json",
                         help="two evaluation results (training.evaluate --json) on the same tasks; further pairs "
                              "(A2.json B2.json ...), the same two methods at other seeds, are pooled")
-    parser.add_argument("--n-boot", type=positive_int("--n-boot"), default=10_000, help="task resamples")
-    parser.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
-    parser.add_argument("--seed", type=non_negative_int("--seed"), default=0, help="random seed (default 0)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
+    add_resampling_options(parser, n_boot=10_000, resamples="task resamples")
     args = parser.parse_args(argv)
-    if not 0 < args.ci < 1:
-        raise UsageError(f"--ci must be in (0, 1), got {args.ci}")
+    check_ci(args)
     files = args.evaluations
     if len(files) % 2:
         raise UsageError(f"evaluations come in pairs (A.json B.json [A2.json B2.json ...]), got {len(files)} files")

@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ocsd.cli import non_negative_int
+from ocsd.cli import UsageError, non_negative_int, positive_int
 
 if TYPE_CHECKING:
     from diagnostics.load import DiagData
 
-__all__ = ["command_parser", "add_selection_options", "add_bootstrap_options", "load_args", "show_progress"]
+__all__ = ["command_parser", "add_selection_options", "add_bootstrap_options", "add_resampling_options", "check_ci",
+           "load_args", "show_progress"]
 
 
 def add_selection_options(parser) -> None:
@@ -33,6 +34,23 @@ def add_bootstrap_options(parser: argparse.ArgumentParser, *, seed_help: str = "
     boot.add_argument("--n-boot", type=int, default=1000, help="trajectory-cluster resamples (default 1000)")
     boot.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
     boot.add_argument("--seed", type=non_negative_int("--seed"), default=0, help=seed_help)
+
+
+def add_resampling_options(parser: argparse.ArgumentParser, *, n_boot: int, resamples: str) -> None:
+    """Add ``--n-boot`` (an integer >= 1, refused while parsing), ``--ci``, ``--seed`` (>= 0) and ``--json`` to the
+    parser of a command that reads result files rather than checkpoints (``diagnostics.compare``,
+    ``diagnostics.paired_steps``); check ``--ci`` after parsing with :func:`check_ci`."""
+    parser.add_argument("--n-boot", type=positive_int("--n-boot"), default=n_boot,
+                        help=f"{resamples} (default {n_boot})")
+    parser.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
+    parser.add_argument("--seed", type=non_negative_int("--seed"), default=0, help="random seed (default 0)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
+
+
+def check_ci(args: argparse.Namespace) -> None:
+    """Refuse a ``--ci`` outside (0, 1) with :class:`~ocsd.cli.UsageError`, naming the flag."""
+    if not 0 < args.ci < 1:
+        raise UsageError(f"--ci must be in (0, 1), got {args.ci}")
 
 
 def command_parser(prog: str, description: str, *, bootstrap: bool = True,

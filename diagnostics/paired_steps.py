@@ -31,7 +31,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from diagnostics.bootstrap import as_generator, percentile_ci
-from ocsd.cli import UsageError, emit, entry_point, format_table, non_negative_int, positive_int
+from diagnostics.options import add_resampling_options, check_ci
+from ocsd.cli import UsageError, emit, entry_point, format_table, positive_int
 from ocsd.records.run import read_metrics
 
 __all__ = ["circular_block_indices", "block_bootstrap_means", "StepPair", "step_pair", "paired_steps", "table",
@@ -204,10 +205,11 @@ def _step_range(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def _read_run(path: str, metric: str) -> list[dict]:
-    rows = read_metrics(path) if Path(path).is_dir() else None
-    if rows is None:
+def _read_run(path: str) -> list[dict]:
+    """The metrics rows of one ``--pair`` folder."""
+    if not Path(path).is_dir():
         raise UsageError(f"--pair {path}: not a run folder")
+    rows = read_metrics(path)
     if not rows:
         raise UsageError(f"--pair {path}: no metrics.jsonl rows")
     return rows
@@ -231,19 +233,14 @@ def _main(argv: Sequence[str] | None) -> int:
                         help="consecutive steps resampled together (default 4)")
     parser.add_argument("--steps", type=_step_range, default=None, metavar="FIRST-LAST",
                         help="only these training steps (default: every step both runs of a pair have)")
-    parser.add_argument("--n-boot", type=positive_int("--n-boot"), default=10_000, help="resamples (default 10000)")
-    parser.add_argument("--ci", type=float, default=0.95, help="interval coverage (default 0.95)")
-    parser.add_argument("--seed", type=non_negative_int("--seed"), default=0, help="random seed (default 0)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
+    add_resampling_options(parser, n_boot=10_000, resamples="circular block resamples")
     args = parser.parse_args(argv)
-    if not 0 < args.ci < 1:
-        raise UsageError(f"--ci must be in (0, 1), got {args.ci}")
+    check_ci(args)
     first, last = args.steps or (None, None)
     pairs, labels = [], []
     for a, b in args.pair:
         try:
-            pair = step_pair(_read_run(a, args.metric), _read_run(b, args.metric), args.metric, first=first,
-                             last=last)
+            pair = step_pair(_read_run(a), _read_run(b), args.metric, first=first, last=last)
         except ValueError as err:
             raise UsageError(f"--pair {a} {b}: {err}") from None
         if pair.steps.size < args.block:
