@@ -40,9 +40,15 @@ def _response(rng: np.random.Generator, op: str) -> list[tuple[str, str]]:
 
 def make_checkpoint(folder: Path, global_step: int, *, n_traj: int = 8, n_steps: int = 10, rho: float = 0.2,
                     effect: float = 0.6, traj_sd: float = 0.3, seed: int = 0, env: str = "alfworld",
-                    labels: tuple = ("valid", "invalid", "ambiguous"), label_p=(0.5, 0.4, 0.1)) -> Path:
-    """Write one synthetic checkpoint under ``folder/global_step_<N>/replay``."""
+                    labels: tuple = ("valid", "invalid", "ambiguous"), label_p=(0.5, 0.4, 0.1),
+                    advantage_sd: float = 0.0) -> Path:
+    """Write one synthetic checkpoint under ``folder/global_step_<N>/replay``; with ``advantage_sd`` > 0 each
+    trajectory's advantage is drawn from N(0, advantage_sd) (a separate stream: the other draws are unchanged),
+    half of them set to 0 as in flat groups."""
     rng = np.random.default_rng([seed, global_step])
+    adv_rng = np.random.default_rng([seed, global_step, 1])
+    advantages = adv_rng.normal(0, advantage_sd, n_traj) * (adv_rng.random(n_traj) < 0.5) if advantage_sd else \
+        np.zeros(n_traj)
     step_rows, token_rows = [], []
     k_sel = int(np.ceil(rho * n_steps))
     for t in range(n_traj):
@@ -75,7 +81,8 @@ def make_checkpoint(folder: Path, global_step: int, *, n_traj: int = 8, n_steps:
                 "step_idx": k, "num_steps": n_steps, "action": f"{op} mug 1", "operator": op,
                 "obs_next": "Nothing happens." if label == "invalid" else "You see a mug 1.",
                 "feedback_label": label, "progress_label": "invalid" if label == "invalid" else "progress",
-                "reward": reward, "advantage": 0.0, "nll": float(nll[k]), "selected": bool(selected[k]),
+                "reward": reward, "advantage": float(advantages[t]), "nll": float(nll[k]),
+                "selected": bool(selected[k]),
                 "scored": bool(selected[k]), "n_tokens": n_tok})
     steps = pd.DataFrame(step_rows)
     tokens = pd.DataFrame(token_rows, columns=["global_step", "traj_uid", "step_idx", "token_idx", "token_id",

@@ -1,0 +1,194 @@
+"""What OCSD's token weights give valid and invalid steps: the feedback AUROC read through the training rule.
+
+OCSD replaces the GRPO advantage ``A`` of a token ``t`` of a selected step by ``A (1 + beta sgn(A) q_t)`` with
+``q_t = tanh(e_t / 2)`` (paper Eq. ocsd_advantage). Against GRPO it adds ``beta |A| q_t`` to the token's
+advantage whatever the sign of ``A``: a positive ``q`` pushes the token up more in a trajectory that beat its
+group and down less in one that fell behind. For each labelled step ``s`` of the selection::
+
+    q_s    = mean_t tanh(e_t / 2)                 the step's calibration signal
+    |q|_s  = mean_t |tanh(e_t / 2)|               its size: OCSD moves the step's token advantages by beta |q_t|
+    push_s = beta |A_s| q_s   (0 if not selected)  OCSD's token advantage minus GRPO's, mean over the step
+
+and, per feedback label, the means of ``q_s``, ``|q|_s`` and ``push_s``, the share of steps with ``q_s > 0`` and of
+steps with ``A_s != 0`` (flat groups get no push), and the difference invalid - valid of the means, with percentile
+intervals from trajectory-cluster resamples (all on the same resamples). The feedback AUROC
+(:mod:`diagnostics.auroc`) ranks the same steps by the mean of ``e``: a residual that tracks feedback (AUROC
+above 0.5) gives valid steps the larger ``q``; whether OCSD then pushes invalid actions down or up against GRPO
+also depends on how often, and how strongly, invalid steps carry an advantage, which the push weighs in. A GRPO
+run's records hold the same selection and advantages: there the numbers say what OCSD's rule would have given that
+run's batches.
+
+Command::
+
+    python -m diagnostics.credit --run DIR [--beta 0.5] [--steps selected|all] [--n-boot 1000] [--seed 0] [--json]
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from diagnostics.bootstrap import iter_cluster_counts, percentile_ci
+from diagnostics.load import DiagData, DiagnosticsError
+from diagnostics.options import command_parser, load_args
+from diagnostics.stats import DegenerateInputWarning
+from ocsd.algorithm.protocol import PAPER_BETA
+from ocsd.cli import emit, entry_point, format_table
+
+__all__ = ["LABELS", "training_columns", "step_credit", "credit", "main"]
+
+LABELS = ("valid", "invalid")
+"""The feedback labels compared (``ambiguous`` steps are left out, as in the AUROC)."""
+_STATS = ("q", "abs_q", "push")
+
+
+def training_columns(steps: pd.DataFrame, env: str) -> pd.DataFrame:
+    """The per-step columns the credit needs, for :func:`diagnostics.load.load`'s ``properties``: the step's
+    GRPO ``advantage`` and whether OCSD's rule applied to it (``selected``)."""
+    missing = [c for c in ("advantage", "selected") if c not in steps.columns]
+    if missing:
+        raise DiagnosticsError(f"steps.parquet has no {', '.join(missing)} column(s) (replay-score format v1)")
+    return pd.DataFrame({"advantage": steps["advantage"].to_numpy(np.float64),
+                         "selected": steps["selected"].to_numpy(bool)}, index=steps.index)
+
+
+def step_credit(data: DiagData, *, beta: float = PAPER_BETA) -> pd.DataFrame:
+    """Each labelled step's ``q_s`` and ``push_s`` (module docstring), with its label, cluster and advantage.
+
+    Parameters
+    ----------
+    data : DiagData
+        Steps loaded with ``properties=training_columns``.
+    beta : float, default PAPER_BETA
+        OCSD's modulation strength, in [0, 1] (the paper's 0.5: appendix, training details).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``feedback_label, cluster, advantage, selected, q, abs_q, push``, one row per valid or invalid step.
+    """
+    if not (isinstance(beta, (int, float)) and math.isfinite(beta) and 0 <= beta <= 1):
+        raise DiagnosticsError(f"--beta must be in [0, 1], got {beta}")
+    if "advantage" not in data.steps.columns:
+        raise DiagnosticsError("the steps carry no advantage: load them with properties=training_columns")
+    q_tok = np.tanh(data.tokens["residual"].to_numpy(np.float64) / 2)
+    step = data.tokens["step"].to_numpy()
+    n_tok = data.steps["n_tok"].to_numpy(np.float64)
+    q = np.bincount(step, weights=q_tok, minlength=len(data.steps)) / n_tok
+    abs_q = np.bincount(step, weights=np.abs(q_tok), minlength=len(data.steps)) / n_tok
+    table = data.steps[["feedback_label", "cluster", "advantage", "selected"]].assign(q=q, abs_q=abs_q)
+    table["push"] = beta * table["advantage"].abs() * table["q"] * table["selected"].astype(np.float64)
+    return table[table["feedback_label"].isin(LABELS)].reset_index(drop=True)
+
+
+def _cluster_sums(table: pd.DataFrame, n_clusters: int) -> dict:
+    """Per label and cluster: the number of steps and the sums of ``q`` and ``push``."""
+    cluster = table["cluster"].to_numpy()
+    out = {}
+    for label in LABELS:
+        rows = (table["feedback_label"] == label).to_numpy()
+        out[label] = {"n": np.bincount(cluster[rows], minlength=n_clusters).astype(np.float64)}
+        for stat in _STATS:
+            out[label][stat] = np.bincount(cluster[rows], weights=table[stat].to_numpy()[rows], minlength=n_clusters)
+    return out
+
+
+def credit(data: DiagData, *, beta: float = PAPER_BETA, n_boot: int = 1000, ci: float = 0.95, seed=0) -> dict:
+    """Means of ``q``, ``|q|`` and OCSD's push per feedback label and their difference invalid - valid, with intervals.
+
+    Parameters
+    ----------
+    data : DiagData
+        Steps loaded with ``properties=training_columns``.
+    beta : float, default PAPER_BETA
+    n_boot : int, default 1000
+        Trajectory-cluster resamples.
+    ci : float, default 0.95
+    seed : int, Generator or None
+
+    Returns
+    -------
+    dict
+        ``{"beta", "n_steps", "n_trajectories", "n_boot", "ci", "labels": {LABEL: {"n", "share_q_positive",
+        "share_advantage_nonzero", "q": {"estimate", "ci_low", "ci_high"}, "abs_q": {...}, "push": {...}}},
+        "difference": {"q": {...}, "abs_q": {...}, "push": {...}}}``; a label without steps has nan means (with a
+        warning).
+    """
+    table = step_credit(data, beta=beta)
+    if table.empty:
+        raise DiagnosticsError("no valid or invalid steps in the selection")
+    codes, clusters = pd.factorize(table["cluster"])
+    table = table.assign(cluster=codes)
+    n_clusters = len(clusters)
+    sums = _cluster_sums(table, n_clusters)
+    labels = {}
+    for label in LABELS:
+        rows = table[table["feedback_label"] == label]
+        if rows.empty:
+            warnings.warn(f"no {label} steps in the selection: their means are nan", DegenerateInputWarning,
+                          stacklevel=2)
+        labels[label] = {"n": int(len(rows)),
+                         "share_q_positive": float((rows["q"] > 0).mean()) if len(rows) else math.nan,
+                         "share_advantage_nonzero": float((rows["advantage"] != 0).mean()) if len(rows) else math.nan}
+    reps = {(label, stat): [] for label in LABELS for stat in _STATS}
+    for counts in iter_cluster_counts(n_clusters, n_boot=n_boot, seed=seed):
+        for label in LABELS:
+            n = counts @ sums[label]["n"]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                for stat in _STATS:
+                    reps[label, stat].append(np.where(n > 0, counts @ sums[label][stat] / np.maximum(n, 1), np.nan))
+    reps = {key: np.concatenate(value) for key, value in reps.items()}
+    difference = {}
+    for stat in _STATS:
+        points = {label: sums[label][stat].sum() / sums[label]["n"].sum() if sums[label]["n"].sum() else math.nan
+                  for label in LABELS}
+        for label in LABELS:
+            low, high = percentile_ci(reps[label, stat], ci=ci)
+            labels[label][stat] = {"estimate": float(points[label]), "ci_low": float(low), "ci_high": float(high)}
+        low, high = percentile_ci(reps["invalid", stat] - reps["valid", stat], ci=ci)
+        difference[stat] = {"estimate": float(points["invalid"] - points["valid"]), "ci_low": float(low),
+                            "ci_high": float(high)}
+    return {"beta": float(beta), "n_steps": int(len(table)), "n_trajectories": int(n_clusters),
+            "n_boot": int(n_boot), "ci": float(ci), "labels": labels, "difference": difference}
+
+
+def table(result: dict) -> str:
+    """Plain-text rendering of :func:`credit`'s result (the push in thousandths)."""
+    ci = result["ci"]
+    rows = []
+    for name, part in [*result["labels"].items(), ("invalid - valid", result["difference"])]:
+        q, abs_q, push = part["q"], part["abs_q"], part["push"]
+        rows.append([name, part.get("n", ""), part.get("share_advantage_nonzero", ""),
+                     part.get("share_q_positive", ""), q["estimate"], q["ci_low"], q["ci_high"], abs_q["estimate"],
+                     1e3 * push["estimate"], 1e3 * push["ci_low"], 1e3 * push["ci_high"]])
+    title = (f"OCSD's token weights on valid and invalid steps (beta {result['beta']:g}): {result['n_steps']} steps "
+             f"in {result['n_trajectories']} trajectories, {result['n_boot']} cluster resamples; push = beta |A| q "
+             f"(x 1e-3), OCSD's advantage minus GRPO's")
+    low, high = f"{ci:.0%} low", f"{ci:.0%} high"
+    return format_table(["label", "steps", "A != 0", "q > 0", "mean q", low, high, "mean |q|", "push", low, high], rows,
+                        title=title)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = command_parser("diagnostics.credit", __doc__.split("\n")[0])
+    parser.add_argument("--beta", type=float, default=PAPER_BETA,
+                        help=f"OCSD's modulation strength beta in [0, 1] (default {PAPER_BETA}, the paper's)")
+    args = parser.parse_args(argv)
+    if not (math.isfinite(args.beta) and 0 <= args.beta <= 1):
+        raise DiagnosticsError(f"--beta must be in [0, 1], got {args.beta}")
+    data = load_args(args, properties=training_columns)
+    result = credit(data, beta=args.beta, n_boot=args.n_boot, ci=args.ci, seed=args.seed)
+    emit(args.json, result, table(result))
+    return 0
+
+
+main = entry_point(_main, "diagnostics.credit")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
