@@ -57,6 +57,11 @@ def training_columns(steps: pd.DataFrame, env: str) -> pd.DataFrame:
                          "selected": steps["selected"].to_numpy(bool)}, index=steps.index)
 
 
+def _check_beta(beta) -> None:
+    if not (isinstance(beta, (int, float)) and math.isfinite(beta) and 0 <= beta <= 1):
+        raise DiagnosticsError(f"--beta must be in [0, 1], got {beta}")
+
+
 def step_credit(data: DiagData, *, beta: float = PAPER_BETA) -> pd.DataFrame:
     """Each labelled step's ``q_s`` and ``push_s`` (module docstring), with its label, cluster and advantage.
 
@@ -72,8 +77,7 @@ def step_credit(data: DiagData, *, beta: float = PAPER_BETA) -> pd.DataFrame:
     pandas.DataFrame
         ``feedback_label, cluster, advantage, selected, q, abs_q, push``, one row per valid or invalid step.
     """
-    if not (isinstance(beta, (int, float)) and math.isfinite(beta) and 0 <= beta <= 1):
-        raise DiagnosticsError(f"--beta must be in [0, 1], got {beta}")
+    _check_beta(beta)
     if "advantage" not in data.steps.columns:
         raise DiagnosticsError("the steps carry no advantage: load them with properties=training_columns")
     q_tok = np.tanh(data.tokens["residual"].to_numpy(np.float64) / 2)
@@ -179,8 +183,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--beta", type=float, default=PAPER_BETA,
                         help=f"OCSD's modulation strength beta in [0, 1] (default {PAPER_BETA}, the paper's)")
     args = parser.parse_args(argv)
-    if not (math.isfinite(args.beta) and 0 <= args.beta <= 1):
-        raise DiagnosticsError(f"--beta must be in [0, 1], got {args.beta}")
+    _check_beta(args.beta)  # before any data is read
     data = load_args(args, properties=training_columns)
     result = credit(data, beta=args.beta, n_boot=args.n_boot, ci=args.ci, seed=args.seed)
     emit(args.json, result, table(result))
