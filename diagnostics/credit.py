@@ -18,9 +18,15 @@ also depends on how often, and how strongly, invalid steps carry an advantage, w
 run's records hold the same selection and advantages: there the numbers say what OCSD's rule would have given that
 run's batches.
 
+With ``--part action`` the means run over the tokens that write the step's action (the content of its action tags,
+:func:`diagnostics.words.block_tokens`), with ``--part rest`` over the others (reasoning and format): the policy
+gradient moves each token by its own advantage, so the push on an invalid action's own tokens is what makes that
+action more or less likely.
+
 Command::
 
-    python -m diagnostics.credit --run DIR [--beta 0.5] [--steps selected|all] [--n-boot 1000] [--seed 0] [--json]
+    python -m diagnostics.credit --run DIR [--beta 0.5] [--part step|action|rest] [--steps selected|all]
+        [--n-boot 1000] [--seed 0] [--json]
 """
 
 from __future__ import annotations
@@ -37,13 +43,17 @@ from diagnostics.bootstrap import iter_cluster_counts, percentile_ci
 from diagnostics.load import DiagData, DiagnosticsError
 from diagnostics.options import command_parser, load_args
 from diagnostics.stats import DegenerateInputWarning
+from diagnostics.words import block_tokens
 from ocsd.algorithm.protocol import PAPER_BETA
+from ocsd.environments import get_environment
 from ocsd.cli import emit, entry_point, format_table
 
-__all__ = ["LABELS", "training_columns", "step_credit", "credit", "main"]
+__all__ = ["LABELS", "PARTS", "training_columns", "action_tags", "part_mask", "step_credit", "credit", "main"]
 
 LABELS = ("valid", "invalid")
 """The feedback labels compared (``ambiguous`` steps are left out, as in the AUROC)."""
+PARTS = ("step", "action", "rest")
+"""The tokens a step's means run over: all of them, those of its action, or the others (reasoning and format)."""
 _STATS = ("q", "abs_q", "push")
 
 
@@ -62,8 +72,30 @@ def _check_beta(beta) -> None:
         raise DiagnosticsError(f"--beta must be in [0, 1], got {beta}")
 
 
-def step_credit(data: DiagData, *, beta: float = PAPER_BETA) -> pd.DataFrame:
-    """Each labelled step's ``q_s`` and ``push_s`` (module docstring), with its label, cluster and advantage.
+def action_tags(env: str) -> tuple[str, ...]:
+    """The tags that hold an action in the outputs of ``env`` (its output parser's ``action_tags``: ``("action",)``
+    for ALFWorld and WebShop, ``("search", "answer")`` for Search-QA); ``("action",)`` for an unknown name."""
+    try:
+        parser = get_environment(env).output_parser
+    except ValueError:
+        return ("action",)
+    return tuple(getattr(parser, "action_tags", ("action",)))
+
+
+def part_mask(data: DiagData, part: str) -> np.ndarray:
+    """Which token rows of ``data`` belong to ``part``: ``step`` (all), ``action`` (those that write the content of
+    an action block, :func:`diagnostics.words.block_tokens` with :func:`action_tags`) or ``rest`` (the others)."""
+    if part not in PARTS:
+        raise DiagnosticsError(f"--part must be one of {', '.join(PARTS)}, got {part!r}")
+    if part == "step":
+        return np.ones(len(data.tokens), dtype=bool)
+    inside = block_tokens(data.tokens["token"].tolist(), data.tokens["step"].to_numpy(), action_tags(data.env))
+    return inside if part == "action" else ~inside
+
+
+def step_credit(data: DiagData, *, beta: float = PAPER_BETA, part: str = "step") -> pd.DataFrame:
+    """Each labelled step's ``q_s``, ``|q|_s`` and ``push_s`` (module docstring) over the tokens of ``part``, with
+    its label, cluster and advantage.
 
     Parameters
     ----------
@@ -71,23 +103,30 @@ def step_credit(data: DiagData, *, beta: float = PAPER_BETA) -> pd.DataFrame:
         Steps loaded with ``properties=training_columns``.
     beta : float, default PAPER_BETA
         OCSD's modulation strength, in [0, 1] (the paper's 0.5: appendix, training details).
+    part : {"step", "action", "rest"}, default "step"
+        The step's tokens to average over (:func:`part_mask`); a step without tokens in it is left out.
 
     Returns
     -------
     pandas.DataFrame
-        ``feedback_label, cluster, advantage, selected, q, abs_q, push``, one row per valid or invalid step.
+        ``feedback_label, cluster, advantage, selected, n_part, q, abs_q, push``, one row per valid or invalid step
+        with tokens in ``part``.
     """
     _check_beta(beta)
     if "advantage" not in data.steps.columns:
         raise DiagnosticsError("the steps carry no advantage: load them with properties=training_columns")
-    q_tok = np.tanh(data.tokens["residual"].to_numpy(np.float64) / 2)
-    step = data.tokens["step"].to_numpy()
-    n_tok = data.steps["n_tok"].to_numpy(np.float64)
-    q = np.bincount(step, weights=q_tok, minlength=len(data.steps)) / n_tok
-    abs_q = np.bincount(step, weights=np.abs(q_tok), minlength=len(data.steps)) / n_tok
-    table = data.steps[["feedback_label", "cluster", "advantage", "selected"]].assign(q=q, abs_q=abs_q)
+    keep = part_mask(data, part)
+    q_tok = np.tanh(data.tokens["residual"].to_numpy(np.float64)[keep] / 2)
+    step = data.tokens["step"].to_numpy()[keep]
+    n_part = np.bincount(step, minlength=len(data.steps))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.bincount(step, weights=q_tok, minlength=len(data.steps)) / n_part
+        abs_q = np.bincount(step, weights=np.abs(q_tok), minlength=len(data.steps)) / n_part
+    table = data.steps[["feedback_label", "cluster", "advantage", "selected"]].assign(n_part=n_part, q=q,
+                                                                                      abs_q=abs_q)
     table["push"] = beta * table["advantage"].abs() * table["q"] * table["selected"].astype(np.float64)
-    return table[table["feedback_label"].isin(LABELS)].reset_index(drop=True)
+    rows = table["feedback_label"].isin(LABELS).to_numpy() & (n_part > 0)
+    return table[rows].reset_index(drop=True)
 
 
 def _cluster_sums(table: pd.DataFrame, n_clusters: int) -> dict:
@@ -102,7 +141,8 @@ def _cluster_sums(table: pd.DataFrame, n_clusters: int) -> dict:
     return out
 
 
-def credit(data: DiagData, *, beta: float = PAPER_BETA, n_boot: int = 1000, ci: float = 0.95, seed=0) -> dict:
+def credit(data: DiagData, *, beta: float = PAPER_BETA, part: str = "step", n_boot: int = 1000, ci: float = 0.95,
+           seed=0) -> dict:
     """Means of ``q``, ``|q|`` and OCSD's push per feedback label and their difference invalid - valid, with intervals.
 
     Parameters
@@ -110,6 +150,8 @@ def credit(data: DiagData, *, beta: float = PAPER_BETA, n_boot: int = 1000, ci: 
     data : DiagData
         Steps loaded with ``properties=training_columns``.
     beta : float, default PAPER_BETA
+    part : {"step", "action", "rest"}, default "step"
+        The tokens of each step the means run over (:func:`part_mask`).
     n_boot : int, default 1000
         Trajectory-cluster resamples.
     ci : float, default 0.95
@@ -118,14 +160,14 @@ def credit(data: DiagData, *, beta: float = PAPER_BETA, n_boot: int = 1000, ci: 
     Returns
     -------
     dict
-        ``{"beta", "n_steps", "n_trajectories", "n_boot", "ci", "labels": {LABEL: {"n", "share_q_positive",
-        "share_advantage_nonzero", "q": {"estimate", "ci_low", "ci_high"}, "abs_q": {...}, "push": {...}}},
-        "difference": {"q": {...}, "abs_q": {...}, "push": {...}}}``; a label without steps has nan means (with a
-        warning).
+        ``{"beta", "part", "n_steps", "n_left_out", "n_trajectories", "n_boot", "ci", "labels": {LABEL: {"n",
+        "share_q_positive", "share_advantage_nonzero", "q": {"estimate", "ci_low", "ci_high"}, "abs_q": {...},
+        "push": {...}}}, "difference": {"q": {...}, "abs_q": {...}, "push": {...}}}``; ``n_left_out``: the valid and
+        invalid steps without tokens in ``part``; a label without steps has nan means (with a warning).
     """
-    table = step_credit(data, beta=beta)
+    table = step_credit(data, beta=beta, part=part)
     if table.empty:
-        raise DiagnosticsError("no valid or invalid steps in the selection")
+        raise DiagnosticsError(f"no valid or invalid steps with tokens in the part {part!r} in the selection")
     codes, clusters = pd.factorize(table["cluster"])
     table = table.assign(cluster=codes)
     n_clusters = len(clusters)
@@ -157,7 +199,9 @@ def credit(data: DiagData, *, beta: float = PAPER_BETA, n_boot: int = 1000, ci: 
         low, high = percentile_ci(reps["invalid", stat] - reps["valid", stat], ci=ci)
         difference[stat] = {"estimate": float(points["invalid"] - points["valid"]), "ci_low": float(low),
                             "ci_high": float(high)}
-    return {"beta": float(beta), "n_steps": int(len(table)), "n_trajectories": int(n_clusters),
+    n_labelled = int(data.steps["feedback_label"].isin(LABELS).sum())
+    return {"beta": float(beta), "part": part, "n_steps": int(len(table)), "n_left_out": n_labelled - len(table),
+            "n_trajectories": int(n_clusters),
             "n_boot": int(n_boot), "ci": float(ci), "labels": labels, "difference": difference}
 
 
@@ -170,9 +214,12 @@ def table(result: dict) -> str:
         rows.append([name, part.get("n", ""), part.get("share_advantage_nonzero", ""),
                      part.get("share_q_positive", ""), q["estimate"], q["ci_low"], q["ci_high"], abs_q["estimate"],
                      1e3 * push["estimate"], 1e3 * push["ci_low"], 1e3 * push["ci_high"]])
-    title = (f"OCSD's token weights on valid and invalid steps (beta {result['beta']:g}): {result['n_steps']} steps "
-             f"in {result['n_trajectories']} trajectories, {result['n_boot']} cluster resamples; push = beta |A| q "
-             f"(x 1e-3), OCSD's advantage minus GRPO's")
+    part = result.get("part", "step")
+    over = "" if part == "step" else (f", over the tokens of the {part}; {result['n_left_out']} steps without any "
+                                      f"left out")
+    title = (f"OCSD's token weights on valid and invalid steps (beta {result['beta']:g}{over}): {result['n_steps']} "
+             f"steps in {result['n_trajectories']} trajectories, {result['n_boot']} cluster resamples; push = beta |A| "
+             f"q (x 1e-3), OCSD's advantage minus GRPO's")
     low, high = f"{ci:.0%} low", f"{ci:.0%} high"
     return format_table(["label", "steps", "A != 0", "q > 0", "mean q", low, high, "mean |q|", "push", low, high], rows,
                         title=title)
@@ -182,10 +229,12 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = command_parser("diagnostics.credit", __doc__.split("\n")[0])
     parser.add_argument("--beta", type=float, default=PAPER_BETA,
                         help=f"OCSD's modulation strength beta in [0, 1] (default {PAPER_BETA}, the paper's)")
+    parser.add_argument("--part", choices=PARTS, default="step",
+                        help="the tokens of each step to average over: all (default), those of its action, or the rest")
     args = parser.parse_args(argv)
     _check_beta(args.beta)  # before any data is read
     data = load_args(args, properties=training_columns)
-    result = credit(data, beta=args.beta, n_boot=args.n_boot, ci=args.ci, seed=args.seed)
+    result = credit(data, beta=args.beta, part=args.part, n_boot=args.n_boot, ci=args.ci, seed=args.seed)
     emit(args.json, result, table(result))
     return 0
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TAG_PATTERN", "WordSpans", "segment_words", "word_means", "word_type", "is_tag"]
+__all__ = ["TAG_PATTERN", "WordSpans", "segment_words", "word_means", "word_type", "is_tag", "block_tokens"]
 
 TAG_PATTERN = r"</?[A-Za-z][A-Za-z0-9_\-]*>|<\|[^|\s<>]*\|>"
 _TAG_RE = re.compile(rf"^(?:{TAG_PATTERN})$")
@@ -120,6 +120,53 @@ def word_means(values, spans: WordSpans) -> np.ndarray:
     csum = np.vstack([np.zeros((1, v.shape[1])), np.cumsum(v, axis=0)])
     out = (csum[spans.last + 1] - csum[spans.first]) / spans.n_tokens[:, None]
     return out[:, 0] if flat else out
+
+
+def block_tokens(tokens, step_ids, tags) -> np.ndarray:
+    """Which tokens write the content of a ``<tag>...</tag>`` block of their step.
+
+    A block is an opening tag of one of ``tags`` and the next closing tag of the same name within one step (an
+    unclosed block has no content). Its tokens run from the one that writes its first non-whitespace character to
+    the one that writes its last; a token that writes a tag and content (``">go"``) is in, the tags alone are not.
+
+    Parameters
+    ----------
+    tokens : sequence of str, length n
+        Token pieces, grouped by step and in output order within each step.
+    step_ids : array-like of int, shape (n,)
+        Step id of each token; equal ids must be contiguous.
+    tags : sequence of str
+        Tag names (``("action",)``; ``("search", "answer")``).
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (n,)
+    """
+    texts = [t if isinstance(t, str) else "" for t in tokens]
+    step_ids = np.asarray(step_ids)
+    if step_ids.shape != (len(texts),):
+        raise ValueError(f"step_ids has shape {step_ids.shape}, expected ({len(texts)},)")
+    inside = np.zeros(len(texts), dtype=bool)
+    if not texts or not tags:
+        return inside
+    if any(not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", t) for t in tags):
+        raise ValueError(f"tag names must be a letter followed by letters, digits, '_' or '-', got {list(tags)}")
+    change = np.flatnonzero(step_ids[1:] != step_ids[:-1])
+    if np.unique(step_ids).size != change.size + 1:
+        raise ValueError("tokens of a step must be contiguous")
+    for i in np.append(change, len(texts) - 1):  # a separator no block crosses ends each step
+        texts[i] = texts[i] + "\x00"
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    ends = np.cumsum(lengths)
+    names = "|".join(re.escape(t) for t in tags)
+    for match in re.finditer(rf"<({names})>([^\x00]*?)</\1>", "".join(texts)):
+        content = match.group(2)
+        if not content.strip():
+            continue
+        first = match.start(2) + len(content) - len(content.lstrip())
+        last = match.end(2) - (len(content) - len(content.rstrip())) - 1  # the last content character
+        inside[np.searchsorted(ends, first, side="right"):np.searchsorted(ends, last, side="right") + 1] = True
+    return inside
 
 
 def is_tag(text: str) -> bool:

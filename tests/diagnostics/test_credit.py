@@ -139,3 +139,95 @@ def test_command_refuses_a_beta_outside_zero_one(run, capsys, beta):
         warnings.simplefilter("error")
         assert cr.main(["--run", str(run), "--beta", beta]) == 2
     assert "--beta must be in [0, 1]" in capsys.readouterr().err
+
+
+# ---- the tokens of a step's action --------------------------------------------------------------------------------
+
+def _blocks_by_scan(text: str, tags) -> list[tuple[int, int]]:
+    """Inclusive character ranges of each closed block's content, first to last non-whitespace character, by a plain
+    scan for the earliest opening tag and the next closing tag of its name."""
+    out, pos = [], 0
+    while True:
+        found = [(text.find(f"<{t}>", pos), t) for t in tags]
+        found = [(i, t) for i, t in found if i >= 0]
+        if not found:
+            return out
+        start, tag = min(found)
+        begin = start + len(tag) + 2
+        end = text.find(f"</{tag}>", begin)
+        if end < 0:  # unclosed: no content; a later tag may still open a block
+            pos = start + 1
+            continue
+        content = [i for i in range(begin, end) if not text[i].isspace()]
+        if content:
+            out.append((content[0], content[-1]))
+        pos = end + len(tag) + 3
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_block_tokens_are_the_tokens_that_write_a_blocks_content(seed):
+    """Random outputs (tags of two names, blocks empty, unclosed or several, text around them) cut into random
+    tokens: a token is in when its characters meet a block's content, found by a plain scan of each step."""
+    from diagnostics.words import block_tokens
+
+    rng = np.random.default_rng(seed)
+    parts = ["<action>", "</action>", "<answer>", "</answer>", "<reason>", "</reason>", " go to", " cabinet 1", "  ",
+             "\n", "x", ">", "<", "Nothing"]
+    tokens, step_ids, expect = [], [], []
+    for step in range(30):
+        text = "".join(rng.choice(parts, size=rng.integers(0, 14)))
+        cuts = np.sort(rng.choice(np.arange(1, max(len(text), 2)), size=min(len(text) // 3, 8), replace=False))
+        pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])] + ([""] if rng.random() < 0.3 else [])
+        pieces = [p for p in pieces if p or rng.random() < 0.5] or [""]
+        starts = np.cumsum([0] + [len(p) for p in pieces[:-1]])
+        blocks = _blocks_by_scan("".join(pieces), ("action", "answer"))
+        for piece, start in zip(pieces, starts):
+            chars = range(start, start + len(piece))
+            expect.append(any(a <= c <= b for a, b in blocks for c in chars))
+            tokens.append(piece)
+            step_ids.append(step)
+    np.testing.assert_array_equal(block_tokens(tokens, step_ids, ("action", "answer")), expect)
+
+
+def test_block_tokens_keep_blocks_inside_their_step_and_refuse_bad_input():
+    from diagnostics.words import block_tokens
+
+    tokens = ["<action>", " go", "</action>", "<action>", " open", "</action", ">"]
+    assert block_tokens(tokens, [0, 0, 0, 1, 1, 2, 2], ("action",)).tolist() == [False, True, False, False, False,
+                                                                                 False, False]
+    assert not block_tokens(tokens, [0] * 7, ()).any()
+    with pytest.raises(ValueError, match="contiguous"):
+        block_tokens(["a", "b", "c"], [0, 1, 0], ("action",))
+    with pytest.raises(ValueError, match="tag names"):
+        block_tokens(["a"], [0], ("act ion",))
+
+
+def test_the_action_part_of_a_synthetic_step_is_its_action_and_the_parts_add_up(data):
+    """The synthetic outputs write ``<action> OP OBJ N from REC N2</action>`` as six content tokens; the step's
+    means are the token-weighted means of its action's and the rest's."""
+    mask = cr.part_mask(data, "action")
+    per_step = np.bincount(data.tokens["step"].to_numpy(), weights=mask, minlength=len(data.steps))
+    assert (per_step == 6).all()
+    for step in (0, len(data.steps) - 1):
+        words = "".join(data.tokens["token"][mask & (data.tokens["step"] == step)]).split()
+        assert words[0] == data.steps["operator"][step] and words[3] == "from" and len(words) == 6
+    whole, action, rest = (cr.step_credit(data, part=p) for p in cr.PARTS)
+    n = whole["n_part"].to_numpy(float)
+    for stat in ("q", "abs_q", "push"):
+        np.testing.assert_allclose(whole[stat], (action["n_part"] * action[stat] + rest["n_part"] * rest[stat]) / n,
+                                   rtol=1e-9, atol=1e-12)
+
+
+def test_steps_without_an_action_are_left_out_and_counted(data):
+    dropped = data.tokens[~cr.part_mask(data, "action") | (data.tokens["step"] > 5)]
+    result = cr.credit(type(data)(**{**data.__dict__, "tokens": dropped.reset_index(drop=True)}), part="action",
+                       n_boot=20)
+    labelled = data.steps["feedback_label"].isin(cr.LABELS).to_numpy()
+    assert result["part"] == "action" and result["n_left_out"] == int(labelled[:6].sum())
+    assert result["n_steps"] == int(labelled.sum()) - result["n_left_out"]
+
+
+def test_the_action_tags_are_the_environments():
+    assert cr.action_tags("alfworld") == ("action",)
+    assert cr.action_tags("searchqa") == ("search", "answer")
+    assert cr.action_tags("no-such-environment") == ("action",)

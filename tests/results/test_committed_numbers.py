@@ -98,12 +98,15 @@ def test_the_paired_training_steps_are_recomputed(name, capsys):
 
 @pytest.mark.parametrize("series", [2, 3])
 @pytest.mark.parametrize("method", ["ocsd", "grpo"])
-def test_the_credit_of_each_methods_runs_is_recomputed(series, method, capsys):
-    """``results/paper_scale/credit/seriesN_METHOD.json``: ``diagnostics.credit`` on the method's two seeds."""
+@pytest.mark.parametrize("part", ["step", "action", "rest"])
+def test_the_credit_of_each_methods_runs_is_recomputed(series, method, part, capsys):
+    """``results/paper_scale/credit/seriesN_METHOD[_PART].json``: ``diagnostics.credit --part PART`` on the method's
+    two seeds."""
     from diagnostics import credit
 
     folder = RESULTS / "paper_scale" / f"valid_train_series{series}"
-    stored = _read(RESULTS / "paper_scale" / "credit" / f"series{series}_{method}.json")
+    suffix = "" if part == "step" else f"_{part}"
+    stored = _read(RESULTS / "paper_scale" / "credit" / f"series{series}_{method}{suffix}.json")
     argv = [x for seed in (1, 2) for x in ("--run", str(folder / f"{method}_qwen0.5b_s{seed}"))]
-    assert credit.main(argv + ["--json"]) == 0
+    assert credit.main(argv + ["--part", part, "--json"]) == 0
     _same(json.loads(capsys.readouterr().out), stored)
