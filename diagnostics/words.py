@@ -60,6 +60,23 @@ class WordSpans:
         return self.last - self.first + 1
 
 
+def _step_texts(tokens, step_ids, separator: str) -> tuple[list, np.ndarray]:
+    """The token pieces as strings (a non-string as ""), ``separator`` after each step's last one, and the step ids as
+    an array; refuses ids of the wrong length or a step whose tokens are not contiguous."""
+    texts = [t if isinstance(t, str) else "" for t in tokens]
+    step_ids = np.asarray(step_ids)
+    if step_ids.shape != (len(texts),):
+        raise ValueError(f"step_ids has shape {step_ids.shape}, expected ({len(texts)},)")
+    if not texts:
+        return texts, step_ids
+    change = np.flatnonzero(step_ids[1:] != step_ids[:-1])
+    if np.unique(step_ids).size != change.size + 1:
+        raise ValueError("tokens of a step must be contiguous")
+    for i in np.append(change, len(texts) - 1):
+        texts[i] = texts[i] + separator
+    return texts, step_ids
+
+
 def segment_words(tokens, step_ids) -> WordSpans:
     """Split token pieces into word occurrences (rule in the module docstring).
 
@@ -74,19 +91,10 @@ def segment_words(tokens, step_ids) -> WordSpans:
     -------
     WordSpans
     """
-    texts = [t if isinstance(t, str) else "" for t in tokens]
-    step_ids = np.asarray(step_ids)
-    if step_ids.shape != (len(texts),):
-        raise ValueError(f"step_ids has shape {step_ids.shape}, expected ({len(texts)},)")
+    texts, step_ids = _step_texts(tokens, step_ids, "\n")  # the newline keeps words inside steps
     if not texts:
         empty = np.zeros(0, dtype=np.int64)
         return WordSpans(empty, empty, empty, [])
-    change = np.flatnonzero(step_ids[1:] != step_ids[:-1])
-    if np.unique(step_ids).size != change.size + 1:
-        raise ValueError("tokens of a step must be contiguous")
-    last_of_step = np.append(change, len(texts) - 1)
-    for i in last_of_step:  # a newline after each step's last token keeps words inside steps
-        texts[i] = texts[i] + "\n"
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     big = "".join(texts)
@@ -142,20 +150,12 @@ def block_tokens(tokens, step_ids, tags) -> np.ndarray:
     -------
     numpy.ndarray of bool, shape (n,)
     """
-    texts = [t if isinstance(t, str) else "" for t in tokens]
-    step_ids = np.asarray(step_ids)
-    if step_ids.shape != (len(texts),):
-        raise ValueError(f"step_ids has shape {step_ids.shape}, expected ({len(texts)},)")
+    if any(not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", t) for t in tags):
+        raise ValueError(f"tag names must be a letter followed by letters, digits, '_' or '-', got {list(tags)}")
+    texts, _ = _step_texts(tokens, step_ids, "\x00")  # no block crosses the separator
     inside = np.zeros(len(texts), dtype=bool)
     if not texts or not tags:
         return inside
-    if any(not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", t) for t in tags):
-        raise ValueError(f"tag names must be a letter followed by letters, digits, '_' or '-', got {list(tags)}")
-    change = np.flatnonzero(step_ids[1:] != step_ids[:-1])
-    if np.unique(step_ids).size != change.size + 1:
-        raise ValueError("tokens of a step must be contiguous")
-    for i in np.append(change, len(texts) - 1):  # a separator no block crosses ends each step
-        texts[i] = texts[i] + "\x00"
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
     ends = np.cumsum(lengths)
     names = "|".join(re.escape(t) for t in tags)
