@@ -45,12 +45,14 @@ def test_each_steps_push_is_the_training_rules_advantage_minus_grpos(run, data, 
                                                     torch.tensor(tok["logp_ablated"].to_numpy(np.float64))))
         adv = torch.tensor([row.advantage], dtype=torch.float64)
         ocsd = ocsd_token_advantage(adv, q[None], torch.tensor([row.selected]), beta)
-        expect.append((row.feedback_label, float(q.mean()), float(q.abs().mean()), float((ocsd - adv).mean())))
-    expect = pd.DataFrame(expect, columns=["feedback_label", "q", "abs_q", "push"])
+        expect.append((row.feedback_label, float(q.mean()), float(q.abs().mean()), float((ocsd - adv).mean()),
+                       int((q.abs() >= cr.LARGE_Q).sum()), len(q)))
+    expect = pd.DataFrame(expect, columns=["feedback_label", "q", "abs_q", "push", "n_large", "n_part"])
     assert len(got) == len(expect) and (got["advantage"] != 0).any() and (got["advantage"] == 0).any()
     assert list(got["feedback_label"]) == list(expect["feedback_label"])
-    for column in ("q", "abs_q", "push"):
+    for column in ("q", "abs_q", "push", "n_large", "n_part"):
         np.testing.assert_allclose(got[column], expect[column], rtol=1e-6, atol=1e-7)
+    assert (got["n_large"] > 0).any() and (got["n_large"] < got["n_part"]).any()
 
 
 def test_a_step_outside_the_selection_gets_no_push(data):
@@ -73,15 +75,20 @@ def test_means_and_intervals_are_a_loop_over_the_same_cluster_draws(data, seed):
     draws = np.concatenate([rng.integers(0, len(uniques), size=(min(100, n_boot - start), len(uniques)))
                             for start in range(0, n_boot, 100)])
     rows_of = [np.flatnonzero(codes == c) for c in range(len(uniques))]
-    for stat in ("q", "abs_q", "push"):
+    def mean(rows, stat):  # the step mean, or for share_large the share over the tokens
+        if stat == "share_large":
+            return rows["n_large"].sum() / rows["n_part"].sum()
+        return rows[stat].mean()
+
+    for stat in ("q", "abs_q", "push", "share_large"):
         reps = {label: [] for label in cr.LABELS}
         for draw in draws:
             rows = table.iloc[np.concatenate([rows_of[c] for c in draw])]
             for label in cr.LABELS:
-                reps[label].append(rows.loc[rows["feedback_label"] == label, stat].mean())
+                reps[label].append(mean(rows[rows["feedback_label"] == label], stat))
         for label in cr.LABELS:
             part = result["labels"][label][stat]
-            assert part["estimate"] == pytest.approx(table.loc[table["feedback_label"] == label, stat].mean())
+            assert part["estimate"] == pytest.approx(mean(table[table["feedback_label"] == label], stat))
             assert [part["ci_low"], part["ci_high"]] == pytest.approx(np.percentile(reps[label], [2.5, 97.5]))
         diff = np.array(reps["invalid"]) - np.array(reps["valid"])
         assert [result["difference"][stat]["ci_low"], result["difference"][stat]["ci_high"]] == pytest.approx(
@@ -133,12 +140,16 @@ def test_command_prints_the_table_and_the_json(run, capsys):
     assert result["beta"] == 0.25 and result["n_boot"] == 50 and set(result["labels"]) == set(cr.LABELS)
 
 
-@pytest.mark.parametrize("beta", ["1.5", "-0.1", "nan"])
-def test_command_refuses_a_beta_outside_zero_one(run, capsys, beta):
+@pytest.mark.parametrize("flag, value, message", [("--beta", "1.5", "--beta must be in [0, 1]"),
+                                                  ("--beta", "-0.1", "--beta must be in [0, 1]"),
+                                                  ("--beta", "nan", "--beta must be in [0, 1]"),
+                                                  ("--large", "0", "--large must be in (0, 1]"),
+                                                  ("--large", "1.2", "--large must be in (0, 1]")])
+def test_command_refuses_a_flag_out_of_range(run, capsys, flag, value, message):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert cr.main(["--run", str(run), "--beta", beta]) == 2
-    assert "--beta must be in [0, 1]" in capsys.readouterr().err
+        assert cr.main(["--run", str(run), flag, value]) == 2
+    assert message in capsys.readouterr().err
 
 
 # ---- the tokens of a step's action --------------------------------------------------------------------------------
@@ -213,6 +224,7 @@ def test_the_action_part_of_a_synthetic_step_is_its_action_and_the_parts_add_up(
         assert words[0] == data.steps["operator"][step] and words[3] == "from" and len(words) == 6
     whole, action, rest = (cr.step_credit(data, part=p) for p in cr.PARTS)
     n = whole["n_part"].to_numpy(float)
+    np.testing.assert_array_equal(whole["n_large"], action["n_large"] + rest["n_large"])
     for stat in ("q", "abs_q", "push"):
         np.testing.assert_allclose(whole[stat], (action["n_part"] * action[stat] + rest["n_part"] * rest[stat]) / n,
                                    rtol=1e-9, atol=1e-12)
