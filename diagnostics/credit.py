@@ -49,8 +49,8 @@ from diagnostics.options import command_parser, load_args
 from diagnostics.stats import DegenerateInputWarning
 from diagnostics.words import block_tokens
 from ocsd.algorithm.protocol import PAPER_BETA
-from ocsd.environments import get_environment
 from ocsd.cli import emit, entry_point, format_table
+from ocsd.environments import get_environment
 
 __all__ = ["LABELS", "PARTS", "training_columns", "action_tags", "part_mask", "step_credit", "credit", "main"]
 
