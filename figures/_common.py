@@ -16,7 +16,8 @@ from ocsd.cli import output_folder
 from ocsd.cli import SkipCommand, UsageError, positive_int
 
 __all__ = ["FigureError", "SkipFigure", "RunInfo", "METHOD_LABELS", "method_label", "check_run_dir", "load_runs",
-           "label_runs", "read_json_file", "figure_parser", "add_output_options", "wrote"]
+           "label_runs", "read_json_file", "read_labelled_results", "figure_parser", "add_labelled_inputs",
+           "add_output_options", "wrote"]
 
 METHOD_LABELS = {
     "vanilla": "Vanilla", "grpo": "GRPO", "opsd": "OPSD", "grpo_opsd": "GRPO+OPSD", "rlsd": "RLSD",
@@ -204,6 +205,15 @@ def figure_parser(prog: str, description: str, *, runs: str = "+", run_help: str
                                           "several" if runs == "+" else "run folder"))
     add_output_options(parser)
     return parser
+
+
+def add_labelled_inputs(parser: argparse.ArgumentParser, command: str, default_name: str) -> None:
+    """Add the positional JSON inputs of a figure that draws several results side by side (the ``--json`` output of
+    ``command``, or folders holding ``default_name``) and ``--label`` (one per input, in order); read them with
+    :func:`read_labelled_results`."""
+    parser.add_argument("inputs", nargs="+", metavar="JSON",
+                        help=f"output of {command} --json (a file, or a folder with {default_name})")
+    parser.add_argument("--label", action="append", default=[], help="title of each input, in the same order")
 
 
 def add_output_options(parser: argparse.ArgumentParser, *, images: bool = True) -> None:

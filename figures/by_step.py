@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from figures._common import add_output_options, read_labelled_results, wrote
+from figures._common import add_labelled_inputs, add_output_options, read_labelled_results, wrote
 from figures.drawing import add_caption, pyplot, save_with_values
 from ocsd.cli import entry_point
 
@@ -121,9 +121,7 @@ def build(paths: Sequence, out_dir, *, labels: Sequence[str] | None = None, abla
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m figures.{NAME}", description=__doc__.split("\n")[0])
-    parser.add_argument("inputs", nargs="+", metavar="JSON",
-                        help="output of python -m diagnostics.by_step --json (a file, or a folder with by_step.json)")
-    parser.add_argument("--label", action="append", default=[], help="legend label per input, in the same order")
+    add_labelled_inputs(parser, "python -m diagnostics.by_step", "by_step.json")
     parser.add_argument("--ablated", action="store_true", help="also draw the Ablated signal's AUROC in panel (b)")
     add_output_options(parser)
     args = parser.parse_args(argv)

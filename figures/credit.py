@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from figures._common import add_output_options, read_labelled_results, wrote
+from figures._common import add_labelled_inputs, add_output_options, read_labelled_results, wrote
 from figures.drawing import add_caption, number, pyplot, save_with_values
 from ocsd.cli import entry_point
 
@@ -105,9 +105,7 @@ def build(paths: Sequence, out_dir, *, labels: Sequence[str] | None = None, pdf:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m figures.{NAME}", description=__doc__.split("\n")[0])
-    parser.add_argument("inputs", nargs="+", metavar="JSON", help="output of python -m diagnostics.credit --json (a "
-                                                                  "file, or a folder with credit.json)")
-    parser.add_argument("--label", action="append", default=[], help="title of each input, in the same order")
+    add_labelled_inputs(parser, "python -m diagnostics.credit", "credit.json")
     add_output_options(parser)
     args = parser.parse_args(argv)
     return wrote(build(args.inputs, args.out, labels=args.label, pdf=args.pdf, dpi=args.dpi))

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from figures._common import add_output_options, read_labelled_results, wrote
+from figures._common import add_labelled_inputs, add_output_options, read_labelled_results, wrote
 from figures.drawing import add_caption, pyplot, save_with_values
 from ocsd.cli import entry_point
 
@@ -111,9 +111,7 @@ def build(paths: Sequence, out_dir, *, labels: Sequence[str] | None = None, perc
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m figures.{NAME}", description=__doc__.split("\n")[0])
-    parser.add_argument("inputs", nargs="+", metavar="JSON", help="output of python -m diagnostics.paired_steps "
-                                                                  "--json (a file, or a folder with paired_steps.json)")
-    parser.add_argument("--label", action="append", default=[], help="title of each input, in the same order")
+    add_labelled_inputs(parser, "python -m diagnostics.paired_steps", "paired_steps.json")
     parser.add_argument("--percent", action="store_true",
                         help="draw the differences times 100, as percentage points (for rates such as success_rate)")
     add_output_options(parser)
