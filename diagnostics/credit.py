@@ -133,12 +133,13 @@ def step_credit(data: DiagData, *, beta: float = PAPER_BETA, part: str = "step",
         raise DiagnosticsError("the steps carry no advantage: load them with properties=training_columns")
     keep = part_mask(data, part)
     q_tok = np.tanh(data.tokens["residual"].to_numpy(np.float64)[keep] / 2)
+    size = np.abs(q_tok)
     step = data.tokens["step"].to_numpy()[keep]
     n_part = np.bincount(step, minlength=len(data.steps))
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.bincount(step, weights=q_tok, minlength=len(data.steps)) / n_part
-        abs_q = np.bincount(step, weights=np.abs(q_tok), minlength=len(data.steps)) / n_part
-    n_large = np.bincount(step, weights=np.abs(q_tok) >= large, minlength=len(data.steps))
+        abs_q = np.bincount(step, weights=size, minlength=len(data.steps)) / n_part
+    n_large = np.bincount(step, weights=size >= large, minlength=len(data.steps))
     table = data.steps[["feedback_label", "cluster", "advantage", "selected"]].assign(n_part=n_part, n_large=n_large,
                                                                                       q=q, abs_q=abs_q)
     table["push"] = beta * table["advantage"].abs() * table["q"] * table["selected"].astype(np.float64)
@@ -183,8 +184,8 @@ def credit(data: DiagData, *, beta: float = PAPER_BETA, part: str = "step", larg
         ``{"beta", "part", "n_steps", "n_left_out", "n_trajectories", "n_boot", "ci", "labels": {LABEL: {"n",
         "share_q_positive", "share_advantage_nonzero", "q": {"estimate", "ci_low", "ci_high"}, "abs_q": {...},
         "push": {...}, "share_large": {...}}}, "difference": {"q": {...}, "abs_q": {...}, "push": {...},
-        "share_large": {...}}, "large"}``; ``n_left_out``: the valid and
-        invalid steps without tokens in ``part``; a label without steps has nan means (with a warning).
+        "share_large": {...}}, "large"}``; ``n_left_out``: the valid and invalid steps without tokens in ``part``; a
+        label without steps has nan means (with a warning).
     """
     table = step_credit(data, beta=beta, part=part, large=large)
     if table.empty:
@@ -205,10 +206,10 @@ def credit(data: DiagData, *, beta: float = PAPER_BETA, part: str = "step", larg
     reps = {(label, stat): [] for label in LABELS for stat in _RATIOS}
     for counts in iter_cluster_counts(n_clusters, n_boot=n_boot, seed=seed):
         for label in LABELS:
+            n = {den: counts @ sums[label][den] for den in {den for _, den in _RATIOS.values()}}  # each sum once
             for stat, (num, den) in _RATIOS.items():
-                n = counts @ sums[label][den]
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    reps[label, stat].append(np.where(n > 0, counts @ sums[label][num] / np.maximum(n, 1), np.nan))
+                mean = counts @ sums[label][num] / np.maximum(n[den], 1)
+                reps[label, stat].append(np.where(n[den] > 0, mean, np.nan))
     reps = {key: np.concatenate(value) for key, value in reps.items()}
     difference = {}
     for stat, (num, den) in _RATIOS.items():
