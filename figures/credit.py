@@ -23,13 +23,15 @@ from figures._common import add_labelled_inputs, add_output_options, read_labell
 from figures.drawing import add_caption, number, pyplot, save_with_values
 from ocsd.cli import entry_point
 
-__all__ = ["NAME", "PANELS", "read_inputs", "values", "draw", "build", "main"]
+__all__ = ["NAME", "PANELS", "read_inputs", "values", "draw", "build", "save", "main"]
 
 NAME = "credit"
 PANELS = (("q", "(a) mean q = tanh(e/2)", 1.0), ("abs_q", "(b) mean |q|: the size of OCSD's change", 1.0),
           ("push", "(c) push beta |A| q (x 1e-3)", 1e3))
 """Each panel's statistic, title and scale."""
 _COLORS = {"valid": "#4C72B0", "invalid": "#C44E52"}
+_PART_WORDS = {"step": "all its tokens", "action": "its action's tokens", "rest": "the tokens outside its action"}
+"""How the caption names each ``--part`` of ``diagnostics.credit``."""
 
 
 def read_inputs(paths: Sequence, labels: Sequence[str] | None = None) -> list[tuple[str, dict]]:
@@ -90,14 +92,20 @@ def draw(inputs: list[tuple[str, dict]]):
 def build(paths: Sequence, out_dir, *, labels: Sequence[str] | None = None, pdf: bool = False,
           dpi: int = 150) -> list[Path]:
     """Draw the credit results of ``paths`` into ``out_dir``; returns the files written."""
-    inputs = read_inputs(paths, labels)
+    return save(read_inputs(paths, labels), out_dir, pdf=pdf, dpi=dpi)
+
+
+def save(inputs: list[tuple[str, dict]], out_dir, *, pdf: bool = False, dpi: int = 150) -> list[Path]:
+    """Draw ``[(label, credit result)]`` (e.g. a ``report.json``'s ``credit``) into ``out_dir`` as ``credit.png``
+    with the values drawn in ``credit_fig.json``; returns the files written."""
     fig, data = draw(inputs)
 
     def joined(key, form="{}"):
         return "/".join(sorted({form.format(result.get(key, "step")) for _, result in inputs}))
 
-    add_caption(fig, f"Per feedback label, the mean over steps of each step's token mean (part of the step: "
-                     f"{joined('part')}; beta {joined('beta', '{:g}')}). Whiskers: {joined('ci', '{:.0%}')} intervals "
+    parts = " and ".join(_PART_WORDS.get(p, p) for p in sorted({result.get("part", "step") for _, result in inputs}))
+    add_caption(fig, f"Per feedback label, the mean over steps of each step's token mean over {parts} (beta "
+                     f"{joined('beta', '{:g}')}). Whiskers: {joined('ci', '{:.0%}')} intervals "
                      f"of {joined('n_boot')} trajectory-cluster resamples. The push is what OCSD adds to GRPO's token "
                      f"advantage whatever its sign: positive favours the steps' tokens.")
     return save_with_values(fig, out_dir, NAME, data, pdf=pdf, dpi=dpi)

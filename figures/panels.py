@@ -6,8 +6,10 @@ JSON's own folder unless ``--out`` says otherwise, under the names their Markdow
 ============================================  ==================================================================
 JSON (written by)                             pictures
 ============================================  ==================================================================
-``report.json`` (``diagnostics.report``)      ``auroc.png``, ``delta_auroc.png``, ``dratio.png`` and one
+``report.json`` (``diagnostics.report``)      ``auroc.png``, ``delta_auroc.png``, ``dratio.png``, one
                                               ``cloud_<tail>.png`` per tail (:func:`diagnostics.tails.cloud_file`)
+                                              and ``credit.png`` (:func:`figures.credit.save`) where the report
+                                              has the credit
 ``tails.json`` (``diagnostics.tails``)        ``cloud_<tail>.png`` per tail
 ``strata_<by>.json`` (``diagnostics.strata``) ``strata_<by>.png`` (:func:`figures.strata_panels.draw_strata`)
 ``audit.json`` (``rescoring.audit``)          ``audit.png`` (:func:`figures.audit_panels.draw_audit`) and the
@@ -28,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from figures import credit as credit_figure
 from figures._common import FigureError, read_json_file
 from figures.audit_panels import draw_audit
 from figures.fig2_diagnosis import write_clouds, write_panels
@@ -59,6 +62,14 @@ def _clouds(tails: Mapping, out: Path, seed: int) -> list[str]:
     return list(write_clouds(tails.get("clouds") or {}, out, seed=seed).values())
 
 
+def _credit(report: Mapping, out: Path, dpi: int) -> list[str]:
+    """The report's ``credit.png``; none when the report has no credit (written before it, or without labels)."""
+    if not report.get("credit"):
+        return []
+    written = credit_figure.save([("the report's steps", report["credit"])], out, dpi=dpi)
+    return [str(p) for p in written if Path(p).suffix == ".png"]
+
+
 def draw_file(path, out: Path | None = None, *, dpi: int = 120, seed: int = 0) -> list[str]:
     """Draw the pictures of one diagnostics JSON (:data:`KINDS`) into ``out`` (default: the JSON's folder).
 
@@ -74,7 +85,8 @@ def draw_file(path, out: Path | None = None, *, dpi: int = 120, seed: int = 0) -
     except FigureError as exc:
         raise FigureError(f"{path}: {exc}") from None
     draw: dict[str, Callable[[], list[str]]] = {
-        "report": lambda: [*write_panels(result, out, dpi=dpi).values(), *_clouds(result["tails"], out, seed)],
+        "report": lambda: [*write_panels(result, out, dpi=dpi).values(), *_clouds(result["tails"], out, seed),
+                           *_credit(result, out, dpi)],
         "tails": lambda: _clouds(result, out, seed),
         "strata": lambda: [str(draw_strata(result, out, source=result.get("source", ""), dpi=dpi))],
         "audit": lambda: [str(draw_audit(result, out, dpi=dpi)), *_clouds(result["design"]["tails"], out, seed)],

@@ -106,7 +106,8 @@ def test_report_command_writes_data_and_links_the_pictures(synth_run, tmp_path, 
     assert f"pictures: python -m figures.panels {tmp_path / 'report.json'}" in capsys.readouterr().out
     md = (tmp_path / "report.md").read_text()
     for part in ("Feedback AUROC", "Delta AUROC", "functional role", "Tail-enriched", "auroc.png", "dratio.png",
-                 "cloud_residual_plus.png", "python -m figures.panels report.json"):
+                 "cloud_residual_plus.png", "python -m figures.panels report.json", "OCSD's token weights",
+                 "credit.png", "| invalid - valid |"):
         assert part in md
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "report.md", "tails_top_words.csv"]
     assert set(json.loads((tmp_path / "report.json").read_text())["tails"]["clouds"]) <= set(tails.TAILS)
@@ -157,18 +158,33 @@ def test_one_checkpoint_and_empty_selection(make_ckpt, capsys):
 
 
 def test_report_diagnose_equals_each_diagnosis(synth_run):
+    """Each part of the report is its command's result on data loaded without the credit's columns, so that loading
+    them (every step read, then the selection) changes none of the other numbers."""
+    from diagnostics import credit
     from diagnostics.load import load
     from ocsd.cli import jsonable
 
-    data = load([synth_run])
+    plain = load([synth_run])
+    data = load([synth_run], properties=credit.training_columns)
     result, rates = report.diagnose(data, n_boot=30, seed=2, top=8, progress=False)
-    assert list(result) == ["auroc", "robustness", "dratio", "tails", "seconds"]
-    assert jsonable(result["auroc"]) == jsonable(auroc.feedback_auroc(data, n_boot=30, seed=2))
-    assert jsonable(result["robustness"]) == jsonable(robustness.robustness(data, n_boot=30, seed=2))
-    assert jsonable(result["dratio"]) == jsonable(dratio.dratio(data, n_boot=30, seed=2))
-    ref_tails, ref_rates = tails.tails(data, top=8)
+    assert list(result) == ["auroc", "robustness", "dratio", "tails", "credit", "seconds"]
+    assert jsonable(result["auroc"]) == jsonable(auroc.feedback_auroc(plain, n_boot=30, seed=2))
+    assert jsonable(result["robustness"]) == jsonable(robustness.robustness(plain, n_boot=30, seed=2))
+    assert jsonable(result["dratio"]) == jsonable(dratio.dratio(plain, n_boot=30, seed=2))
+    ref_tails, ref_rates = tails.tails(plain, top=8)
     assert jsonable(result["tails"]) == jsonable(ref_tails)
     pd.testing.assert_frame_equal(rates, ref_rates)
+    assert jsonable(result["credit"]) == jsonable(credit.credit(data, n_boot=30, seed=2))
+    without, _ = report.diagnose(plain, n_boot=30, seed=2, top=8, progress=False)
+    assert "credit" not in without  # data loaded without the advantage and selection
+
+
+def test_a_report_without_valid_or_invalid_steps_leaves_the_credit_out(make_ckpt, tmp_path, capsys):
+    ckpt = make_ckpt(10, n_traj=4, labels=("ambiguous",), label_p=(1.0,))
+    with pytest.warns(UserWarning, match="credit is left out"):
+        assert report.main(["--ckpt", str(ckpt), "--out", str(tmp_path), "--n-boot", "20", "--no-progress"]) == 0
+    assert "credit" not in json.loads((tmp_path / "report.json").read_text())
+    assert "OCSD's token weights" not in (tmp_path / "report.md").read_text()
 
 
 def test_cloud_frequencies_are_the_largest_positive_sizes():

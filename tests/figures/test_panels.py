@@ -43,6 +43,15 @@ def test_the_folder_of_a_report_draws_beside_it(report_dir):
     assert {Path(p).parent for p in written} == {report_dir}
 
 
+def test_the_report_credit_is_drawn_from_its_values(report_dir, tmp_path):
+    panels.draw_file(report_dir / "report.json", tmp_path)
+    drawn = json.loads((tmp_path / "credit_fig.json").read_text())
+    stored = json.loads((report_dir / "report.json").read_text())["credit"]["labels"]
+    for label, values in stored.items():
+        assert drawn["the report's steps"]["push"][label]["value"] == pytest.approx(1e3 * values["push"]["estimate"])
+        assert drawn["the report's steps"]["abs_q"][label]["low"] == pytest.approx(values["abs_q"]["ci_low"])
+
+
 def test_tails_json_draws_its_clouds(run, tmp_path, capsys):
     assert tails.main(["--run", str(run), "--out", str(tmp_path), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -52,7 +61,7 @@ def test_tails_json_draws_its_clouds(run, tmp_path, capsys):
 
 def test_a_report_without_clouds_draws_the_bars(report_dir, tmp_path):
     old = json.loads((report_dir / "report.json").read_text())
-    del old["tails"]["clouds"]  # a report.json written before the clouds were part of it
+    del old["tails"]["clouds"], old["credit"]  # a report.json written before the clouds and the credit
     (tmp_path / "report.json").write_text(json.dumps(old))
     assert {Path(p).name for p in panels.draw_file(tmp_path / "report.json")} == {
         "auroc.png", "delta_auroc.png", "dratio.png"}
