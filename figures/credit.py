@@ -103,7 +103,8 @@ def save(inputs: list[tuple[str, dict]], out_dir, *, pdf: bool = False, dpi: int
     def joined(key, form="{}"):
         return "/".join(sorted({form.format(result.get(key, "step")) for _, result in inputs}))
 
-    parts = " and ".join(_PART_WORDS.get(p, p) for p in sorted({result.get("part", "step") for _, result in inputs}))
+    used = {result.get("part", "step") for _, result in inputs}
+    parts = " or ".join(_PART_WORDS.get(p, p) for p in sorted(used, key=[*_PART_WORDS, *used].index))
     add_caption(fig, f"Per feedback label, the mean over steps of each step's token mean over {parts} (beta "
                      f"{joined('beta', '{:g}')}). Whiskers: {joined('ci', '{:.0%}')} intervals "
                      f"of {joined('n_boot')} trajectory-cluster resamples. The push is what OCSD adds to GRPO's token "
