@@ -96,7 +96,9 @@ def load_args(args: argparse.Namespace, *, properties=None) -> DiagData:
     Raises
     ------
     DiagnosticsError
-        Both or neither of ``--run`` and ``--ckpt``, ``--n-boot`` < 1 or ``--ci`` outside (0, 1).
+        Both or neither of ``--run`` and ``--ckpt``, or ``--n-boot`` < 1.
+    UsageError
+        ``--ci`` outside (0, 1) (:func:`check_ci`).
     """
     from diagnostics.load import DiagnosticsError, load  # the figures import this module's types only
 
@@ -107,6 +109,6 @@ def load_args(args: argparse.Namespace, *, properties=None) -> DiagData:
         raise DiagnosticsError("no input: give --run DIR or --ckpt DIR")
     if getattr(args, "n_boot", 1) < 1:
         raise DiagnosticsError(f"--n-boot must be >= 1, got {args.n_boot}")
-    if not 0 < getattr(args, "ci", 0.5) < 1:
-        raise DiagnosticsError(f"--ci must be in (0, 1), got {args.ci}")
+    if hasattr(args, "ci"):
+        check_ci(args)
     return load(paths, steps=args.steps, total_steps=args.total_steps, properties=properties)
