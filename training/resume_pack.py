@@ -238,6 +238,15 @@ def unpack(path: str | os.PathLike, run_dir: str | os.PathLike, *, force: bool =
     return folder
 
 
+def _summary(path: Path, info: dict) -> str:
+    """One line on what a pack holds."""
+    rebuilt = info.get("adapter_from_masters")
+    adapter = (f"the adapter's {len(rebuilt)} tensors rebuilt from the masters" if rebuilt
+               else "the adapter's weights kept as saved")
+    return (f"{path}: {info['run']} step {info['global_step']}, AdamW moments in {info['moments']}, "
+            f"{info['pack_bytes'] / 1e6:.1f} MB (actor/ {info['actor_bytes'] / 1e6:.1f} MB); {adapter}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.resume_pack", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -251,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--force", action="store_true", help="replace an actor/ already there")
     s = sub.add_parser("show", help="what a pack holds")
     s.add_argument("pack", type=Path)
+    s.add_argument("--json", action="store_true", help="its whole pack.json (with the adapter's tensor map)")
     args = parser.parse_args(argv)
     try:
         if args.command == "pack":
@@ -260,8 +270,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"(actor/ {info['actor_bytes'] / 1e6:.1f} MB)")
         elif args.command == "unpack":
             print(unpack(args.pack, args.run_dir, force=args.force) / "actor")
-        else:
+        elif args.json:
             print(json.dumps(read_pack_info(args.pack), indent=1))
+        else:
+            print(_summary(args.pack, read_pack_info(args.pack)))
     except PackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -165,4 +165,7 @@ def test_refusals_name_the_folder_or_file(runs, tmp_path, capsys):
     (tmp_path / "junk.tar").write_bytes(b"not a tar")
     assert main(["show", str(tmp_path / "junk.tar")]) == 2
     assert "junk.tar: not a resume pack" in capsys.readouterr().err
-    assert main(["show", str(out)]) == 0 and '"global_step": 1' in capsys.readouterr().out
+    assert main(["show", str(out)]) == 0
+    line = capsys.readouterr().out
+    assert f"{out}: part step 1, AdamW moments in bfloat16" in line and len(line.splitlines()) == 1
+    assert main(["show", str(out), "--json"]) == 0 and '"global_step": 1' in capsys.readouterr().out
