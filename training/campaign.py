@@ -8,9 +8,17 @@ step recorded, the last complete checkpoint, the pack's step, the evaluated step
 ``--target``, and it names what is out of step: a pack older or newer than the records' last checkpoint (repack, or
 copy the records), a pack of another run, records without a pack (the run cannot resume).
 
-Command::
+:func:`collect` brings what a GPU machine sent back into the series: for each run, the newest ``<NAME>.tgz`` (the
+run folder without weights) and ``<NAME>.actor.tgz.*`` (the parts of its last checkpoint's ``actor/``) of the
+folders given, oldest first (``results/paper_scale_on_gpu.sh poll`` writes one folder per call), are unpacked into
+``--runs`` (the runs with their weights, which ``rescoring.swap`` and ``rescoring.audit`` read), the records copied
+into the series without weights, and the run packed into ``packs/<NAME>.tar`` where its weights are newer than the
+pack there; then each run folder of the series is validated (``ocsd.records``).
 
-    python -m training.campaign SERIES [--target 50] [--json]
+Commands::
+
+    python -m training.campaign status SERIES [--target 50] [--json]
+    python -m training.campaign collect SERIES FOLDER [FOLDER ...] --runs DIR
 
 Exit status 0 when every run is in step, 1 when a run has a problem (each named), 2 on bad input.
 """
@@ -18,17 +26,21 @@ Exit status 0 when every run is in step, 1 when a run has a problem (each named)
 from __future__ import annotations
 
 import argparse
+import io
 import re
+import shutil
 import sys
+import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from ocsd.cli import UsageError, emit, entry_point, format_table, positive_int
-from ocsd.records import checkpoint_folders, read_metrics, read_run_info
-from training.resume_pack import PackError, read_pack_info
+from ocsd.records import checkpoint_folders, read_metrics, read_run_info, validate_path
+from training.resumable import resumable_checkpoints
+from training.resume_pack import PackError, pack, read_pack_info
 
-__all__ = ["RunStatus", "run_status", "series_status", "main"]
+__all__ = ["RunStatus", "run_status", "series_status", "sent_back", "collect", "main"]
 
 PACKS = "packs"
 """The series' subfolder of resume packs, one ``<NAME>.tar`` per run."""
@@ -133,6 +145,120 @@ def series_status(series: str | Path) -> list[RunStatus]:
     return [run_status(run, series) for run in runs]
 
 
+def sent_back(folders: Sequence[str | Path]) -> dict[str, tuple[Path, list[Path]]]:
+    """Per run name, its newest ``NAME.tgz`` and the parts of its newest ``NAME.actor.tgz.*`` (empty without any)
+    in ``folders``, oldest first (a later folder's file replaces an earlier one's).
+
+    Raises
+    ------
+    UsageError
+        A folder is missing, or none holds a ``NAME.tgz``.
+    """
+    records: dict[str, Path] = {}
+    actors: dict[str, list[Path]] = {}
+    for folder in map(Path, folders):
+        if not folder.is_dir():
+            raise UsageError(f"{folder}: not a folder")
+        for path in sorted(folder.glob("*.tgz")):
+            if not path.name.endswith(".actor.tgz"):
+                records[path.name[:-len(".tgz")]] = path
+        for first in sorted(folder.glob("*.actor.tgz.aa")):
+            name = first.name[:-len(".actor.tgz.aa")]
+            actors[name] = sorted(folder.glob(f"{name}.actor.tgz.*"))
+    if not records:
+        raise UsageError(f"no NAME.tgz (a run folder sent back) in {', '.join(map(str, folders))}")
+    return {name: (path, actors.get(name, [])) for name, path in records.items()}
+
+
+def _extract(stream: io.BufferedIOBase | Path, into: Path, what: str) -> None:
+    """Unpack a gzipped tar (a file, or the stream of its concatenated parts) into ``into``, refusing paths that
+    leave it."""
+    try:
+        with (tarfile.open(stream, "r:gz") if isinstance(stream, Path) else tarfile.open(fileobj=stream, mode="r|gz")) \
+                as tar:
+            tar.extractall(into, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise UsageError(f"{what}: cannot be unpacked ({type(exc).__name__}: {exc})") from None
+
+
+class _Parts(io.RawIOBase):
+    """The parts of a split file read one after the other as one stream."""
+
+    def __init__(self, parts: Sequence[Path]):
+        self._files = [open(p, "rb") for p in parts]
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while self._files:
+            n = self._files[0].readinto(buffer)
+            if n:
+                return n
+            self._files.pop(0).close()
+        return 0
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+        self._files = []
+        super().close()
+
+
+def _unpack_run(name: str, records: Path, parts: Sequence[Path], runs: Path) -> Path:
+    """``runs/NAME`` from the records and the actor's parts, unpacked beside it first so that a file that cannot be
+    read leaves an earlier copy in place."""
+    incoming = runs / f".{name}.incoming"
+    if incoming.exists():
+        shutil.rmtree(incoming)
+    incoming.mkdir(parents=True)
+    try:
+        _extract(records, incoming, str(records))
+        if parts:
+            with io.BufferedReader(_Parts(parts)) as stream:
+                _extract(stream, incoming, f"{parts[0].name[:-3]}.*")
+        if not (incoming / name / "run.json").is_file():
+            raise UsageError(f"{records}: holds no run folder {name}/ with a run.json")
+        if (runs / name).exists():
+            shutil.rmtree(runs / name)
+        (incoming / name).rename(runs / name)
+    finally:
+        shutil.rmtree(incoming, ignore_errors=True)
+    return runs / name
+
+
+def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path) -> tuple[list[str], list[str]]:
+    """Bring the runs sent back in ``folders`` into ``series`` (module docstring); returns what was done and the
+    problems ``ocsd.records`` finds in the runs' folders of the series, one line each.
+
+    Raises
+    ------
+    UsageError
+        A folder is missing or holds no run, ``series`` is not a folder, or a file cannot be unpacked.
+    """
+    series, runs = Path(series), Path(runs)
+    if not series.is_dir():
+        raise UsageError(f"{series}: not a folder")
+    lines, problems = [], []
+    for name, (records, parts) in sorted(sent_back(folders).items()):
+        staged = _unpack_run(name, records, parts, runs)
+        shutil.copytree(staged, series / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("actor", ".lock"))
+        kept = [n for n, _ in resumable_checkpoints(staged)]
+        line = f"{name}: records to step {max((r['step'] for r in read_metrics(staged)), default=0)} copied"
+        pack_file = series / PACKS / f"{name}.tar"
+        held = read_pack_info(pack_file)["global_step"] if pack_file.exists() else None
+        if not kept:
+            line += "; no weights came back"
+        elif held is not None and held >= kept[-1]:
+            line += f"; weights of step {kept[-1]}, the pack already holds step {held}"
+        else:
+            pack(staged, pack_file)
+            line += f"; packed step {kept[-1]} into {pack_file}"
+        lines.append(line)
+        problems += [f"{name}: {problem}" for problem in validate_path(series / name)]
+    return lines, problems
+
+
 def _table(runs: list[RunStatus], target: int) -> str:
     rows = [[r.name, r.method, r.seed, r.recorded, r.checkpoint, "none" if r.pack is None else r.pack,
              ", ".join(map(str, r.evaluated)) or "-", r.remaining(target)] for r in runs]
@@ -150,16 +276,30 @@ def _table(runs: list[RunStatus], target: int) -> str:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.campaign", description=__doc__.split("\n")[0])
-    parser.add_argument("series", help="a series folder: run folders, packs/NAME.tar, eval_NAME_stepK.json files")
-    parser.add_argument("--target", type=positive_int("--target"), default=50,
+    sub = parser.add_subparsers(dest="command", required=True)
+    status = sub.add_parser("status", help="where every run of a series stands")
+    status.add_argument("series", help="a series folder: run folders, packs/NAME.tar, eval_NAME_stepK.json files")
+    status.add_argument("--target", type=positive_int("--target"), default=50,
                         help="the step every run is to reach (default 50)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
+    status.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
+    take = sub.add_parser("collect", help="what a machine sent back into a series (records, packs)")
+    take.add_argument("series", help="the series folder")
+    take.add_argument("folders", nargs="+", metavar="FOLDER",
+                      help="folders of NAME.tgz and NAME.actor.tgz.* as poll wrote them, oldest first")
+    take.add_argument("--runs", required=True, metavar="DIR",
+                      help="where the runs are unpacked with their weights (kept for rescoring)")
+    take.add_argument("--target", type=positive_int("--target"), default=50, help="for the status printed after")
     args = parser.parse_args(argv)
+    args.json = getattr(args, "json", False)
+    invalid: list[str] = []
+    if args.command == "collect":
+        done, invalid = collect(args.series, args.folders, args.runs)
+        print("\n".join(done + [f"invalid records: {p}" for p in invalid]))
     runs = series_status(args.series)
     result = {"series": args.series, "target": args.target,
               "runs": [{**asdict(r), "remaining": r.remaining(args.target)} for r in runs]}
     emit(args.json, result, _table(runs, args.target))
-    return 1 if any(r.problems for r in runs) else 0
+    return 1 if invalid or any(r.problems for r in runs) else 0
 
 
 main = entry_point(_main, "training.campaign")

@@ -1,5 +1,6 @@
 """``python -m training.campaign``: where a series' runs stand, on the committed third series and on copies of one of
-its runs put out of step on purpose."""
+its runs put out of step on purpose; ``collect`` on what a machine sends back, made from a committed run and its
+real pack."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import json
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 
-from training.campaign import main, run_status, series_status
+from training.campaign import collect, main, run_status, sent_back, series_status
 
 ROOT = Path(__file__).resolve().parents[2]
 SERIES = ROOT / "results" / "paper_scale" / "valid_train_series3"
@@ -96,12 +98,12 @@ def test_evaluation_files_are_matched_by_run_name(series):
 
 
 def test_the_command_exit_status_and_json(series, capsys):
-    assert main([str(series), "--target", "20", "--json"]) == 0
+    assert main(["status", str(series), "--target", "20", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     (run,) = result["runs"]
     assert result["target"] == 20 and run["name"] == RUN and run["remaining"] == 20 - run["pack"]
     (series / "packs" / f"{RUN}.tar").unlink()
-    assert main([str(series)]) == 1
+    assert main(["status", str(series)]) == 1
     out = capsys.readouterr().out
     assert "problems:" in out and "cannot resume" in out and "run-steps to 50: 50 (grpo 50)" in out
 
@@ -111,9 +113,76 @@ def test_the_command_exit_status_and_json(series, capsys):
     (lambda root: root, "no run folder"),
 ])
 def test_bad_input_exits_2_naming_it(tmp_path, make, message):
-    done = subprocess.run([sys.executable, "-m", "training.campaign", str(make(tmp_path))], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "training.campaign", "status", str(make(tmp_path))], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
     with pytest.raises(SystemExit) as refused:
-        main([str(tmp_path), "--target", "0"])
+        main(["status", str(tmp_path), "--target", "0"])
     assert refused.value.code == 2
+
+
+def _tgz(out: Path, root: Path, member: str, exclude: str | None = None) -> Path:
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(root / member, arcname=member, filter=lambda info: None if exclude and exclude in info.name else info)
+    return out
+
+
+@pytest.fixture
+def sent(tmp_path):
+    """A machine's poll folder for the run: ``NAME.tgz`` (records) and ``NAME.actor.tgz.*`` (its last checkpoint's
+    actor/, from the committed pack, cut into parts), as ``results/paper_scale_on_gpu.sh poll`` writes them."""
+    from training.resume_pack import unpack
+
+    machine = tmp_path / "machine"
+    shutil.copytree(SERIES / RUN, machine / RUN)
+    step = unpack(SERIES / "packs" / f"{RUN}.tar", machine / RUN).name.rsplit("_", 1)[1]
+    folder = tmp_path / "poll1"
+    folder.mkdir()
+    _tgz(folder / f"{RUN}.tgz", machine, RUN, exclude="actor")
+    whole = _tgz(tmp_path / "actor.tgz", machine, f"{RUN}/global_step_{step}/actor").read_bytes()
+    size = len(whole) // 3 + 1
+    for i, suffix in enumerate(("aa", "ab", "ac")):
+        (folder / f"{RUN}.actor.tgz.{suffix}").write_bytes(whole[i * size:(i + 1) * size])
+    return folder
+
+
+def test_collect_brings_the_records_and_the_weights_into_the_series(sent, tmp_path):
+    series = tmp_path / "series"
+    series.mkdir()
+    done, invalid = collect(series, [sent], tmp_path / "runs")
+    assert invalid == [] and "packed step 8" in done[0]
+    assert not list((series / RUN).rglob("actor"))
+    for path in (SERIES / RUN).rglob("*"):
+        if path.is_file():
+            assert (series / RUN / path.relative_to(SERIES / RUN)).read_bytes() == path.read_bytes(), path
+    assert (tmp_path / "runs" / RUN / "global_step_8" / "actor").is_dir()
+    (status,) = series_status(series)
+    assert status.pack == status.checkpoint == 8 and status.problems == []
+    again, _ = collect(series, [sent], tmp_path / "runs")  # the same weights again: the pack stays
+    assert "the pack already holds step 8" in again[0]
+
+
+def test_the_newest_folder_wins(sent, tmp_path):
+    old = tmp_path / "poll0"
+    old.mkdir()
+    stale = tmp_path / "stale"
+    shutil.copytree(SERIES / RUN, stale / RUN, ignore=shutil.ignore_patterns("global_step_8"))
+    _tgz(old / f"{RUN}.tgz", stale, RUN)
+    assert sent_back([old, sent])[RUN][0] == sent / f"{RUN}.tgz"
+    assert sent_back([sent, old])[RUN] == (old / f"{RUN}.tgz", sorted(sent.glob(f"{RUN}.actor.tgz.*")))
+
+
+def test_collect_refuses_what_it_cannot_read(sent, tmp_path, capsys):
+    series = tmp_path / "series"
+    series.mkdir()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["collect", str(series), str(empty), "--runs", str(tmp_path / "runs")]) == 2
+    assert "no NAME.tgz" in capsys.readouterr().err
+    assert main(["collect", str(series), str(sent), "--runs", str(tmp_path / "runs")]) == 0
+    capsys.readouterr()
+    (sent / f"{RUN}.actor.tgz.ab").write_bytes(b"torn")
+    assert main(["collect", str(series), str(sent), "--runs", str(tmp_path / "runs")]) == 2
+    assert f"{RUN}.actor.tgz.*: cannot be unpacked" in capsys.readouterr().err
+    assert (tmp_path / "runs" / RUN / "global_step_8" / "actor").is_dir()  # the earlier copy stays
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == [RUN]
