@@ -29,6 +29,12 @@
 #                                                            the runs of a series folder that have a resume pack
 #                                                            (SERIES/NAME: records; SERIES/packs/NAME.tar: python -m
 #                                                            training.resume_pack pack) into DIR, to bundle as RUNS
+#   here:  python -m training.campaign collect SERIES CALL_DIR... --runs DIR
+#                                                            after the machine: what its poll calls returned (one
+#                                                            folder per call, oldest first) into the series (records,
+#                                                            packs of the runs that moved) and DIR (the runs with
+#                                                            their weights); python -m training.campaign status
+#                                                            SERIES says where every run stands
 #   there: bash results/paper_scale_on_gpu.sh install DIR    checks the parts gathered in DIR, installs vLLM, the
 #                                                            engine and the games, converts the models into $CACHE
 #   here:  git archive -o SNAP.tar HEAD                      the commit to run, so that what runs does not change
