@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ocsd.cli import UsageError, emit, entry_point, format_table, positive_int
-from ocsd.records import checkpoint_folders, read_metrics, read_run_info, validate_path
+from ocsd.records import checkpoint_dirs, checkpoint_folders, read_metrics, read_run_info, validate_path
 from training.resumable import resumable_checkpoints
 from training.resume_pack import PackError, pack, read_pack_info
 
@@ -105,8 +105,19 @@ def _pack_problems(name: str, pack_file: Path, checkpoint: int, recorded: int) -
     return step, problems
 
 
-def run_status(run_dir: str | Path, series: str | Path | None = None) -> RunStatus:
-    """The status of the run folder ``run_dir`` in ``series`` (default: its parent folder).
+def _evaluations(series: Path) -> dict[str, list[int]]:
+    """Per run name, the steps of its ``eval_<NAME>_step<K>.json`` files anywhere in ``series``."""
+    found: dict[str, set[int]] = {}
+    for path in series.rglob("eval_*.json"):
+        if m := _EVAL.fullmatch(path.name):
+            found.setdefault(m.group("run"), set()).add(int(m.group("step")))
+    return {name: sorted(steps) for name, steps in found.items()}
+
+
+def run_status(run_dir: str | Path, series: str | Path | None = None, *,
+               evaluations: dict[str, list[int]] | None = None) -> RunStatus:
+    """The status of the run folder ``run_dir`` in ``series`` (default: its parent folder); ``evaluations``:
+    :func:`_evaluations` of the series when already read (it is read here otherwise).
 
     Raises
     ------
@@ -118,11 +129,10 @@ def run_status(run_dir: str | Path, series: str | Path | None = None) -> RunStat
     info = read_run_info(run_dir)
     rows = read_metrics(run_dir)
     recorded = max((int(r["step"]) for r in rows), default=0)
-    folders = checkpoint_folders(run_dir, warn=False)
-    checkpoint = int(folders[-1].name.rsplit("_", 1)[1]) if folders else 0
+    complete = set(checkpoint_folders(run_dir, warn=False))
+    checkpoint = max((n for n, folder in checkpoint_dirs(run_dir) if folder in complete), default=0)
     pack, problems = _pack_problems(run_dir.name, series / PACKS / f"{run_dir.name}.tar", checkpoint, recorded)
-    evaluated = sorted({int(m.group("step")) for path in series.rglob("eval_*.json")
-                        if (m := _EVAL.fullmatch(path.name)) and m.group("run") == run_dir.name})
+    evaluated = (evaluations if evaluations is not None else _evaluations(series)).get(run_dir.name, [])
     return RunStatus(name=run_dir.name, method=str(info.get("method", "")), model=str(info.get("model", "")),
                      seed=int(info.get("seed", 0)), recorded=recorded, checkpoint=checkpoint, pack=pack,
                      evaluated=evaluated, problems=problems)
@@ -142,7 +152,8 @@ def series_status(series: str | Path) -> list[RunStatus]:
     runs = sorted(p for p in series.iterdir() if (p / "run.json").is_file())
     if not runs:
         raise UsageError(f"{series}: no run folder (a folder with a run.json) in it")
-    return [run_status(run, series) for run in runs]
+    evaluations = _evaluations(series)  # one walk of the series for every run
+    return [run_status(run, series, evaluations=evaluations) for run in runs]
 
 
 def sent_back(folders: Sequence[str | Path]) -> dict[str, tuple[Path, list[Path]]]:
