@@ -313,7 +313,7 @@ def _main(argv: Sequence[str] | None) -> int:
     return 1 if invalid or any(r.problems for r in runs) else 0
 
 
-main = entry_point(_main, "training.campaign")
+main = entry_point(_main, "training.campaign", errors=(PackError,))
 
 if __name__ == "__main__":
     sys.exit(main())

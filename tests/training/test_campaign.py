@@ -186,3 +186,10 @@ def test_collect_refuses_what_it_cannot_read(sent, tmp_path, capsys):
     assert f"{RUN}.actor.tgz.*: cannot be unpacked" in capsys.readouterr().err
     assert (tmp_path / "runs" / RUN / "global_step_8" / "actor").is_dir()  # the earlier copy stays
     assert [p.name for p in (tmp_path / "runs").iterdir()] == [RUN]
+
+    for part in sent.glob(f"{RUN}.actor.tgz.*"):
+        part.unlink()  # the records alone
+    (series / "packs" / f"{RUN}.tar").write_text("not a tar file")  # a damaged pack already in the series
+    assert main(["collect", str(series), str(sent), "--runs", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and f"{RUN}.tar: not a resume pack" in err and "Traceback" not in err
