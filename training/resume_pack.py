@@ -265,9 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "pack":
             out = pack(args.run_dir, args.out, step=args.step)
-            info = read_pack_info(out)
-            print(f"{out}: {info['run']} step {info['global_step']}, {info['pack_bytes'] / 1e6:.1f} MB "
-                  f"(actor/ {info['actor_bytes'] / 1e6:.1f} MB)")
+            print(_summary(out, read_pack_info(out)))
         elif args.command == "unpack":
             print(unpack(args.pack, args.run_dir, force=args.force) / "actor")
         elif args.json:

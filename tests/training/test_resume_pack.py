@@ -169,3 +169,11 @@ def test_refusals_name_the_folder_or_file(runs, tmp_path, capsys):
     line = capsys.readouterr().out
     assert f"{out}: part step 1, AdamW moments in bfloat16" in line and len(line.splitlines()) == 1
     assert main(["show", str(out), "--json"]) == 0 and '"global_step": 1' in capsys.readouterr().out
+
+
+def test_pack_command_prints_the_line_show_prints(runs, tmp_path, capsys):
+    out = tmp_path / "cli.tar"
+    assert main(["pack", str(runs / "part"), "--out", str(out)]) == 0
+    packed = capsys.readouterr().out
+    assert main(["show", str(out)]) == 0
+    assert packed == capsys.readouterr().out and packed.startswith(f"{out}: part step 1, AdamW moments in ")
