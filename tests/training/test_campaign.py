@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 
 from training.campaign import collect, main, run_status, sent_back, series_status
+from training.resume_pack import read_pack_info
 
 ROOT = Path(__file__).resolve().parents[2]
 SERIES = ROOT / "results" / "paper_scale" / "valid_train_series3"
 RUN = "grpo_qwen0.5b_s3"
 OTHER = "ocsd_qwen0.5b_s3"
+STEP = read_pack_info(SERIES / "packs" / f"{RUN}.tar")["global_step"]  # the committed pack's checkpoint
 
 
 def _metrics_steps(run: Path) -> list[int]:
@@ -150,23 +152,23 @@ def test_collect_brings_the_records_and_the_weights_into_the_series(sent, tmp_pa
     series = tmp_path / "series"
     series.mkdir()
     done, invalid = collect(series, [sent], tmp_path / "runs")
-    assert invalid == [] and "packed step 8" in done[0]
+    assert invalid == [] and f"packed step {STEP}" in done[0]
     assert not list((series / RUN).rglob("actor"))
     for path in (SERIES / RUN).rglob("*"):
         if path.is_file():
             assert (series / RUN / path.relative_to(SERIES / RUN)).read_bytes() == path.read_bytes(), path
-    assert (tmp_path / "runs" / RUN / "global_step_8" / "actor").is_dir()
+    assert (tmp_path / "runs" / RUN / f"global_step_{STEP}" / "actor").is_dir()
     (status,) = series_status(series)
-    assert status.pack == status.checkpoint == 8 and status.problems == []
+    assert status.pack == status.checkpoint == STEP and status.problems == []
     again, _ = collect(series, [sent], tmp_path / "runs")  # the same weights again: the pack stays
-    assert "the pack already holds step 8" in again[0]
+    assert f"the pack already holds step {STEP}" in again[0]
 
 
 def test_the_newest_folder_wins(sent, tmp_path):
     old = tmp_path / "poll0"
     old.mkdir()
     stale = tmp_path / "stale"
-    shutil.copytree(SERIES / RUN, stale / RUN, ignore=shutil.ignore_patterns("global_step_8"))
+    shutil.copytree(SERIES / RUN, stale / RUN, ignore=shutil.ignore_patterns(f"global_step_{STEP}"))
     _tgz(old / f"{RUN}.tgz", stale, RUN)
     assert sent_back([old, sent])[RUN][0] == sent / f"{RUN}.tgz"
     assert sent_back([sent, old])[RUN] == (old / f"{RUN}.tgz", sorted(sent.glob(f"{RUN}.actor.tgz.*")))
@@ -184,7 +186,7 @@ def test_collect_refuses_what_it_cannot_read(sent, tmp_path, capsys):
     (sent / f"{RUN}.actor.tgz.ab").write_bytes(b"torn")
     assert main(["collect", str(series), str(sent), "--runs", str(tmp_path / "runs")]) == 2
     assert f"{RUN}.actor.tgz.*: cannot be unpacked" in capsys.readouterr().err
-    assert (tmp_path / "runs" / RUN / "global_step_8" / "actor").is_dir()  # the earlier copy stays
+    assert (tmp_path / "runs" / RUN / f"global_step_{STEP}" / "actor").is_dir()  # the earlier copy stays
     assert [p.name for p in (tmp_path / "runs").iterdir()] == [RUN]
 
     for part in sent.glob(f"{RUN}.actor.tgz.*"):
