@@ -63,7 +63,10 @@
 #                                                            back) for STEPS (50) steps, resuming where a restored
 #                                                            run stopped; each checkpoint's run folder (without
 #                                                            weights) and the last checkpoint's adapter and optimizer
-#                                                            state are packed by poll
+#                                                            state are packed by poll; with EVAL_AT=K it stops at
+#                                                            step K, evaluates that checkpoint as eval does
+#                                                            ($OUT/eval_NAME_stepK.json) and trains on to STEPS, all
+#                                                            on its GPU (a run resumed past K trains on)
 #   bash results/paper_scale_on_gpu.sh ladder NAME RUN MODEL...
 #                                                            the diagnosis of RUN's steps (a run folder of the commit)
 #                                                            by its stored scores and by each scorer MODEL
@@ -332,10 +335,25 @@ run)
     model=${4:?run NAME METHOD MODEL WARM SEED} warm=${5:?run NAME METHOD MODEL WARM SEED}
     seed=${6:?run NAME METHOD MODEL WARM SEED}
     shift 6
-    cmd=$(training "$RUNS_DIR/$name" method=$method model=$model warm_start=$warm seed=$seed lora_rank=8 \
-        lora_alpha=16 lr=2e-5 save_merged=false total_steps=${STEPS:-50} save_freq=${SAVE_FREQ:-5} "$@")
+    run_to() {  # TOTAL: the command that trains the run on to step TOTAL
+        training "$RUNS_DIR/$name" method=$method model=$model warm_start=$warm seed=$seed lora_rank=8 \
+            lora_alpha=16 lr=2e-5 save_merged=false total_steps=$1 save_freq=${SAVE_FREQ:-5} "${extra[@]}"
+    }
+    extra=("$@") held=$(last_checkpoint "$RUNS_DIR/$name")
+    cmd=$(run_to ${STEPS:-50}) || exit 2
+    if [ -n "$EVAL_AT" ]; then  # stop at EVAL_AT, evaluate that checkpoint as eval does, then on to STEPS
+        [[ "$EVAL_AT" =~ ^[1-9][0-9]*$ ]] && [ "$EVAL_AT" -lt "${STEPS:-50}" ] || {
+            echo "EVAL_AT must be a training step before STEPS (${STEPS:-50}), not '$EVAL_AT'" >&2; exit 2; }
+        stop=$RUNS_DIR/$name/global_step_$EVAL_AT
+        if [ "${held##*_}" -ge "$EVAL_AT" ] 2>/dev/null; then
+            echo "EVAL_AT=$EVAL_AT: $name resumes from $held, past the stop; it trains on to ${STEPS:-50}" >&2
+        else  # each part is skipped where it is done already: a start-up collision starts the job again
+            cmd="{ [ -f $stop/actor/trainer_state.pt ] || $(run_to $EVAL_AT); } && \
+{ [ -f $JOBS/out/eval_${name}_step$EVAL_AT.json ] || $(evaluation "eval_${name}_step$EVAL_AT" "$stop"); } && $cmd"
+        fi
+    fi
     # the weights it resumes from are at hand already: poll waits for newer ones
-    [ -n "$DRY" ] || weights_held "$name" "$(last_checkpoint "$RUNS_DIR/$name")"
+    [ -n "$DRY" ] || weights_held "$name" "$held"
     start "$name" "$cmd" ;;
 steps)
     name=${2:?steps NAME MODEL [key=value...]} model=${3:?steps NAME MODEL [key=value...]}

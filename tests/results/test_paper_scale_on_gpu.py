@@ -436,3 +436,64 @@ def test_prepare_refuses_before_it_downloads_anything(tmp_path, venv, series, me
     done = _prepare(tmp_path, *args, venv=venv)
     assert done.returncode == 2 and message in done.stderr
     assert not (tmp_path / "prepared").exists()
+
+
+def _stand_in_run_steps(tmp_path):
+    """``training.train`` and ``training.evaluate`` in ``tmp_path`` (the jobs' working folder) that log their
+    arguments to ``calls.txt``; train writes the checkpoint of its ``total_steps`` (its trainer state) and, at its
+    first start with total_steps=6, ends as a vLLM start-up collision does; evaluate writes its ``--out-file``.
+    They stand in for the GPU runs, to follow the order of a job's parts."""
+    pkg = tmp_path / "training"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    common = ("import pathlib, sys\n"
+              "args = dict(a.split('=', 1) for a in sys.argv[1:] if '=' in a and not a.startswith('-'))\n"
+              "calls = pathlib.Path('calls.txt')\n"
+              "logged = calls.read_text() if calls.exists() else ''\n")
+    (pkg / "train.py").write_text(
+        common + "calls.write_text(logged + f\"train {args['total_steps']}\\n\")\n"
+        "if args['total_steps'] == '6' and calls.read_text().count('train 6') == 1:\n"
+        "    print('AssertionError: Error in memory profiling.', file=sys.stderr)\n"
+        "    sys.exit(1)\n"
+        "actor = pathlib.Path(args['run_dir']) / f\"global_step_{args['total_steps']}\" / 'actor'\n"
+        "actor.mkdir(parents=True, exist_ok=True)\n"
+        "(actor / 'trainer_state.pt').write_text('state')\n")
+    (pkg / "evaluate.py").write_text(
+        common + "ckpt = sys.argv[sys.argv.index('--ckpt') + 1]\n"
+        "calls.write_text(logged + f'evaluate {ckpt}\\n')\n"
+        "pathlib.Path(sys.argv[sys.argv.index('--out-file') + 1]).write_text('{}')\n")
+    return tmp_path / "calls.txt"
+
+
+def test_a_run_stops_at_eval_at_to_be_evaluated_then_trains_on(tmp_path):
+    """EVAL_AT=K: one job trains to K, evaluates checkpoint K into eval_NAME_stepK.json, then trains on to STEPS on
+    the same GPU; a start-up collision starts the job again without redoing the parts that are done."""
+    calls = _stand_in_run_steps(tmp_path)
+    runs, jobs = tmp_path / "runs", tmp_path / "jobs"
+    env = {"PATH": "/usr/bin:/bin", "GPUS": "1", "JOBS": str(jobs), "OUT": str(tmp_path / "out"),
+           "RUNS_DIR": str(runs), "START_TRIES": "3", "RETRY_DELAY": "0", "STEPS": "6", "EVAL_AT": "4",
+           "SAVE_FREQ": "2"}
+    (tmp_path / "out").mkdir()
+
+    def script(*args, **extra):
+        return subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, env={**env, **extra}, capture_output=True,
+                              text=True, timeout=120)
+
+    started = script("run", "r", "grpo", "m", "W", "1")
+    assert "started r on GPU 0" in started.stdout, started.stderr
+    polled = script("poll", "100", WEIGHTS="0")
+    assert "== r: 0" in polled.stdout, polled.stdout
+    assert calls.read_text().splitlines() == ["train 4", f"evaluate {runs}/r/global_step_4", "train 6", "train 6"]
+    assert (jobs / "out" / "eval_r_step4.json").is_file() and (tmp_path / "out" / "eval_r_step4.json").is_file()
+    again = script("run", "r", "grpo", "m", "W", "1", DRY="1")  # resumed past the stop: straight on to STEPS
+    assert "resumes from global_step_6, past the stop" in again.stderr
+    assert again.stdout.count("training.train") == 1 and "training.evaluate" not in again.stdout
+
+
+@pytest.mark.parametrize("eval_at", ["0", "x", "6", "9"])
+def test_an_eval_at_that_is_not_a_step_before_steps_is_refused(tmp_path, eval_at):
+    env = {"PATH": "/usr/bin:/bin", "GPUS": "1", "JOBS": str(tmp_path / "jobs"), "STEPS": "6", "EVAL_AT": eval_at}
+    done = subprocess.run(["bash", str(SCRIPT), "run", "r", "grpo", "m", "W", "1"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and f"EVAL_AT must be a training step before STEPS (6), not '{eval_at}'" in done.stderr
+    assert not (tmp_path / "jobs").exists()
