@@ -13,7 +13,9 @@ run folder without weights) and ``<NAME>.actor.tgz.*`` (the parts of its last ch
 folders given, oldest first (``results/paper_scale_on_gpu.sh poll`` writes one folder per call), are unpacked into
 ``--runs`` (the runs with their weights, which ``rescoring.swap`` and ``rescoring.audit`` read), the records copied
 into the series without weights, and the run packed into ``packs/<NAME>.tar`` where its weights are newer than the
-pack there; then each run folder of the series is validated (``ocsd.records``).
+pack there; then each run folder of the series is validated (``ocsd.records``). The evaluations the folders hold
+(``eval_<NAME>_step<K>.json``, the newest of each name) go into ``eval_step<K>/`` of the series, or replace the file
+of that name where the series has one.
 
 Commands::
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import re
 import shutil
 import sys
@@ -40,7 +43,8 @@ from ocsd.records import checkpoint_dirs, checkpoint_folders, read_metrics, read
 from training.resumable import resumable_checkpoints
 from training.resume_pack import PackError, pack, read_pack_info
 
-__all__ = ["RunStatus", "run_status", "series_status", "sent_back", "collect", "main"]
+__all__ = ["RunStatus", "run_status", "series_status", "sent_back", "sent_evaluations", "collect_evaluations",
+           "collect", "main"]
 
 PACKS = "packs"
 """The series' subfolder of resume packs, one ``<NAME>.tar`` per run."""
@@ -238,6 +242,53 @@ def _unpack_run(name: str, records: Path, parts: Sequence[Path], runs: Path) -> 
     return runs / name
 
 
+def sent_evaluations(folders: Sequence[str | Path]) -> dict[str, Path]:
+    """Per file name, the newest ``eval_<NAME>_step<K>.json`` in ``folders`` (oldest first)."""
+    found: dict[str, Path] = {}
+    for folder in map(Path, folders):
+        for path in sorted(folder.glob("eval_*.json")):
+            if _EVAL.fullmatch(path.name):
+                found[path.name] = path
+    return found
+
+
+def _read_evaluation(path: Path, step: int) -> None:
+    """Refuse a file that is not the evaluation of checkpoint ``step`` (``training.evaluate --json``)."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: not an evaluation, it cannot be read as JSON ({exc})") from None
+    if not isinstance(result, dict) or "success_rate" not in result:
+        raise UsageError(f"{path}: not an evaluation (no success_rate)")
+    if result.get("global_step") not in (None, step):
+        raise UsageError(f"{path}: holds the evaluation of step {result['global_step']}, not of step {step}")
+
+
+def collect_evaluations(series: str | Path, folders: Sequence[str | Path]) -> list[str]:
+    """Copy the evaluations sent back in ``folders`` into ``series`` (module docstring); one line per file.
+
+    Raises
+    ------
+    UsageError
+        A file is not JSON, not an evaluation, or of another step than its name says (nothing is copied then).
+    """
+    series = Path(series)
+    found = sent_evaluations(folders)
+    for name, path in found.items():
+        _read_evaluation(path, int(_EVAL.fullmatch(name)["step"]))
+    lines = []
+    for name, path in sorted(found.items()):
+        there = sorted(series.rglob(name))
+        target = there[0] if there else series / f"eval_step{_EVAL.fullmatch(name)['step']}" / name
+        if there and target.read_bytes() == path.read_bytes():
+            lines.append(f"{name}: already in {target.parent}")
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        lines.append(f"{name}: {'replaced' if there else 'copied'} into {target.parent}")
+    return lines
+
+
 def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path) -> tuple[list[str], list[str]]:
     """Bring the runs sent back in ``folders`` into ``series`` (module docstring); returns what was done and the
     problems ``ocsd.records`` finds in the runs' folders of the series, one line each.
@@ -245,13 +296,16 @@ def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path)
     Raises
     ------
     UsageError
-        A folder is missing or holds no run, ``series`` is not a folder, or a file cannot be unpacked.
+        A folder is missing or holds no run, ``series`` is not a folder, a file cannot be unpacked, or an
+        evaluation file is not one (:func:`collect_evaluations`; then nothing is collected).
     """
     series, runs = Path(series), Path(runs)
     if not series.is_dir():
         raise UsageError(f"{series}: not a folder")
+    sent = sent_back(folders)
+    evaluations = collect_evaluations(series, folders)  # a file that is no evaluation stops all before a run moves
     lines, problems = [], []
-    for name, (records, parts) in sorted(sent_back(folders).items()):
+    for name, (records, parts) in sorted(sent.items()):
         staged = _unpack_run(name, records, parts, runs)
         shutil.copytree(staged, series / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("actor", ".lock"))
         kept = [n for n, _ in resumable_checkpoints(staged)]
@@ -267,7 +321,7 @@ def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path)
             line += f"; packed step {kept[-1]} into {pack_file}"
         lines.append(line)
         problems += [f"{name}: {problem}" for problem in validate_path(series / name)]
-    return lines, problems
+    return lines + evaluations, problems
 
 
 def _table(runs: list[RunStatus], target: int) -> str:
@@ -296,7 +350,8 @@ def _main(argv: Sequence[str] | None) -> int:
     take = sub.add_parser("collect", help="what a machine sent back into a series (records, packs)")
     take.add_argument("series", help="the series folder")
     take.add_argument("folders", nargs="+", metavar="FOLDER",
-                      help="folders of NAME.tgz and NAME.actor.tgz.* as poll wrote them, oldest first")
+                      help="folders of NAME.tgz, NAME.actor.tgz.* and eval_NAME_stepK.json as poll wrote them, "
+                           "oldest first")
     take.add_argument("--runs", required=True, metavar="DIR",
                       help="where the runs are unpacked with their weights (kept for rescoring)")
     take.add_argument("--target", type=positive_int("--target"), default=50, help="for the status printed after")

@@ -195,3 +195,29 @@ def test_collect_refuses_what_it_cannot_read(sent, tmp_path, capsys):
     assert main(["collect", str(series), str(sent), "--runs", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and f"{RUN}.tar: not a resume pack" in err and "Traceback" not in err
+
+
+def test_collect_files_the_evaluations_by_step(sent, tmp_path, capsys):
+    """An evaluation sent back (a committed one) goes into eval_stepK/ of the series and counts as evaluated; the
+    same file again changes nothing; a file that is no evaluation, or of another step, stops the collection."""
+    series = tmp_path / "series"
+    series.mkdir()
+    committed = next((SERIES / "eval_step26").glob("eval_*_step26.json"))
+    name = committed.name.replace(committed.name.split("_step")[0], f"eval_{RUN}")
+    shutil.copyfile(committed, sent / name)
+    done, _ = collect(series, [sent], tmp_path / "runs")
+    assert done[-1] == f"{name}: copied into {series / 'eval_step26'}"
+    assert (series / "eval_step26" / name).read_bytes() == committed.read_bytes()
+    assert series_status(series)[0].evaluated == [26]
+    again, _ = collect(series, [sent], tmp_path / "runs")
+    assert again[-1] == f"{name}: already in {series / 'eval_step26'}"
+
+    later = tmp_path / "poll9"
+    later.mkdir()
+    (later / f"eval_{RUN}_step50.json").write_text('{"success_rate": 0.9, "global_step": 48}')
+    assert main(["collect", str(series), str(sent), str(later), "--runs", str(tmp_path / "runs")]) == 2
+    assert "holds the evaluation of step 48, not of step 50" in capsys.readouterr().err
+    (later / f"eval_{RUN}_step50.json").write_text('{"success_rate": 0.9')
+    assert main(["collect", str(series), str(sent), str(later), "--runs", str(tmp_path / "runs")]) == 2
+    assert f"eval_{RUN}_step50.json: not an evaluation, it cannot be read as JSON" in capsys.readouterr().err
+    assert not (series / "eval_step50").exists()
