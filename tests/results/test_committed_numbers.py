@@ -110,3 +110,15 @@ def test_the_credit_of_each_methods_runs_is_recomputed(series, method, part, cap
     argv = [x for run in sorted(folder.glob(f"{method}_qwen0.5b_s?")) for x in ("--run", str(run))]
     assert credit.main(argv + ["--part", part, "--json"]) == 0
     _same(json.loads(capsys.readouterr().out), stored)
+
+
+@pytest.mark.parametrize("by", ["evidence_words", "next_action"])
+def test_the_third_series_strata_are_recomputed(by, capsys):
+    """``valid_train_series3/strata/strata_<by>.json``: ``diagnostics.strata`` over the six runs of the series."""
+    series = RESULTS / "paper_scale" / "valid_train_series3"
+    stored = _read(series / "strata" / f"strata_{by}.json")
+    argv = [a for run in sorted(series.glob("*_s?")) for a in ("--run", str(run))]
+    assert strata.main(argv + ["--by", by, "--json"]) == 0
+    runs = [str(run.relative_to(RESULTS.parent)) for run in sorted(series.glob("*_s?"))]
+    assert stored.pop("source").split(", ") == runs  # the folders it was computed from, as given
+    _same(json.loads(capsys.readouterr().out), stored)
