@@ -122,3 +122,28 @@ def test_the_third_series_strata_are_recomputed(by, capsys):
     runs = [str(run.relative_to(RESULTS.parent)) for run in sorted(series.glob("*_s?"))]
     assert stored.pop("source").split(", ") == runs  # the folders it was computed from, as given
     _same(json.loads(capsys.readouterr().out), stored)
+
+
+def _pooled_swaps() -> list[Path]:
+    """The pooled observation swaps of the paper-scale series whose analyses all lie beside them, one folder per run
+    (``rescoring.swap --out FOLDER/NAME``)."""
+    found = []
+    for path in sorted((RESULTS / "paper_scale").glob("*/swap*/pooled*/swap.json")):
+        runs = _read(path)["runs"]
+        if len(set(runs)) == len(runs) and all((path.parents[1] / r / "swap.json").is_file() for r in runs):
+            found.append(path)
+    return found
+
+
+@pytest.mark.parametrize("path", _pooled_swaps(), ids=lambda p: f"{p.parents[2].name}/{p.parents[1].name}/"
+                                                              f"{p.parent.name}")
+def test_the_pooled_swaps_are_recomputed(path):
+    """A pooled swap (``rescoring.swap_pool``) is what pooling the committed analyses beside it gives today."""
+    from rescoring.swap_pool import pool_swaps, read_swap
+
+    stored = _read(path)
+    fresh, _ = pool_swaps([read_swap(path.parents[1] / r) for r in stored["runs"]], n_boot=stored["n_boot"],
+                          ci=stored["ci"], seed=stored["seed"])
+    for part in ("realized", "swapped", "drop"):
+        _same(fresh[part], stored[part], part)
+    assert (fresh["n_progress"], fresh["n_invalid"]) == (stored["n_progress"], stored["n_invalid"])
