@@ -121,7 +121,7 @@ def draw_modules(times: dict[str, PhaseTimes]):
     values = [times[lab].seconds[key] for key in keys for lab in labels]
     cut = axis_break(values)
     width = 0.8 / len(labels)
-    figsize = (max(6.0, 0.9 * len(keys) * max(1, len(labels)) + 2.5), 4.2)
+    figsize = (max(6.0, 0.4 * len(keys) * max(1, len(labels)) + 2.5), 4.2)  # about 0.4 inch a bar
     if cut is None:
         fig, ax_low = plt.subplots(figsize=figsize)
         axes = [ax_low]
@@ -163,7 +163,7 @@ def draw_modules(times: dict[str, PhaseTimes]):
     fig.supylabel("seconds per iteration (broken axis)" if cut else "seconds per iteration", fontsize=9)
     if len(labels) > 1:
         axes[0].set_title("bars left to right: " + ", ".join(labels), fontsize=8)
-    fig.subplots_adjust(left=0.12, bottom=0.22)
+    fig.subplots_adjust(left=0.8 / figsize[0], right=1 - 0.2 / figsize[0], bottom=0.22)  # margins in inches
     return fig
 
 
