@@ -178,7 +178,8 @@ def _paper_cells() -> dict[str, str]:
 
     return {REPLAY: f"{RUNTIME['replay_scoring_s'].mean:.4g}",
             "modulation": f"{RUNTIME['modulation_s'].mean:.4g}",
-            "overhead": f"{RUNTIME['overhead_percent'].mean:.2f}% (with the modulation: {RUNTIME['overhead_s'].mean:.4g} s)"}
+            "overhead": f"{RUNTIME['overhead_percent'].mean:.2f}% "
+                        f"(with the modulation: {RUNTIME['overhead_s'].mean:.4g} s)"}
 
 
 def table(times: dict[str, PhaseTimes], *, paper: bool = False) -> str:
