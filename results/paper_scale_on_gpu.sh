@@ -339,14 +339,14 @@ run)
         training "$RUNS_DIR/$name" method=$method model=$model warm_start=$warm seed=$seed lora_rank=8 \
             lora_alpha=16 lr=2e-5 save_merged=false total_steps=$1 save_freq=${SAVE_FREQ:-5} "${extra[@]}"
     }
-    extra=("$@") held=$(last_checkpoint "$RUNS_DIR/$name")
-    cmd=$(run_to ${STEPS:-50}) || exit 2
+    extra=("$@") held=$(last_checkpoint "$RUNS_DIR/$name") steps=${STEPS:-50}
+    cmd=$(run_to $steps) || exit 2
     if [ -n "$EVAL_AT" ]; then  # stop at EVAL_AT, evaluate that checkpoint as eval does, then on to STEPS
-        [[ "$EVAL_AT" =~ ^[1-9][0-9]*$ ]] && [ "$EVAL_AT" -lt "${STEPS:-50}" ] || {
-            echo "EVAL_AT must be a training step before STEPS (${STEPS:-50}), not '$EVAL_AT'" >&2; exit 2; }
+        [[ "$EVAL_AT" =~ ^[1-9][0-9]*$ ]] && [ "$EVAL_AT" -lt "$steps" ] || {
+            echo "EVAL_AT must be a training step before STEPS ($steps), not '$EVAL_AT'" >&2; exit 2; }
         stop=$RUNS_DIR/$name/global_step_$EVAL_AT
         if [ "${held##*_}" -ge "$EVAL_AT" ] 2>/dev/null; then
-            echo "EVAL_AT=$EVAL_AT: $name resumes from $held, past the stop; it trains on to ${STEPS:-50}" >&2
+            echo "EVAL_AT=$EVAL_AT: $name resumes from $held, past the stop; it trains on to $steps" >&2
         else  # each part is skipped where it is done already: a start-up collision starts the job again
             cmd="{ [ -f $stop/actor/trainer_state.pt ] || $(run_to $EVAL_AT); } && \
 { [ -f $JOBS/out/eval_${name}_step$EVAL_AT.json ] || $(evaluation "eval_${name}_step$EVAL_AT" "$stop"); } && $cmd"

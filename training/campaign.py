@@ -109,12 +109,22 @@ def _pack_problems(name: str, pack_file: Path, checkpoint: int, recorded: int) -
     return step, problems
 
 
+def _evaluation_files(series: Path) -> dict[str, Path]:
+    """Per file name, the ``eval_<NAME>_step<K>.json`` file anywhere in ``series`` (the first by path where a name
+    repeats)."""
+    found: dict[str, Path] = {}
+    for path in sorted(series.rglob("eval_*.json")):
+        if _EVAL.fullmatch(path.name):
+            found.setdefault(path.name, path)
+    return found
+
+
 def _evaluations(series: Path) -> dict[str, list[int]]:
     """Per run name, the steps of its ``eval_<NAME>_step<K>.json`` files anywhere in ``series``."""
     found: dict[str, set[int]] = {}
-    for path in series.rglob("eval_*.json"):
-        if m := _EVAL.fullmatch(path.name):
-            found.setdefault(m.group("run"), set()).add(int(m.group("step")))
+    for name in _evaluation_files(series):
+        m = _EVAL.fullmatch(name)
+        found.setdefault(m.group("run"), set()).add(int(m.group("step")))
     return {name: sorted(steps) for name, steps in found.items()}
 
 
@@ -274,18 +284,19 @@ def collect_evaluations(series: str | Path, folders: Sequence[str | Path]) -> li
     """
     series = Path(series)
     found = sent_evaluations(folders)
+    steps = {name: int(_EVAL.fullmatch(name)["step"]) for name in found}
     for name, path in found.items():
-        _read_evaluation(path, int(_EVAL.fullmatch(name)["step"]))
+        _read_evaluation(path, steps[name])
+    held = _evaluation_files(series) if found else {}  # one walk of the series for every file
     lines = []
     for name, path in sorted(found.items()):
-        there = sorted(series.rglob(name))
-        target = there[0] if there else series / f"eval_step{_EVAL.fullmatch(name)['step']}" / name
-        if there and target.read_bytes() == path.read_bytes():
+        target = held.get(name, series / f"eval_step{steps[name]}" / name)
+        if name in held and target.read_bytes() == path.read_bytes():
             lines.append(f"{name}: already in {target.parent}")
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
-        lines.append(f"{name}: {'replaced' if there else 'copied'} into {target.parent}")
+        lines.append(f"{name}: {'replaced' if name in held else 'copied'} into {target.parent}")
     return lines
 
 
