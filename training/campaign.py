@@ -13,7 +13,8 @@ run folder without weights) and ``<NAME>.actor.tgz.*`` (the parts of its last ch
 folders given, oldest first (``results/paper_scale_on_gpu.sh poll`` writes one folder per call), are unpacked into
 ``--runs`` (the runs with their weights, which ``rescoring.swap`` and ``rescoring.audit`` read), the records copied
 into the series without weights, and the run packed into ``packs/<NAME>.tar`` where its weights are newer than the
-pack there; then each run folder of the series is validated (``ocsd.records``). The evaluations the folders hold
+pack there. Where the records reach a checkpoint past the pack (the machine was given back before that checkpoint's
+weights came), they are rolled back to the pack's step (:func:`roll_back`): the run retrains from there. Then each run folder of the series is validated (``ocsd.records``). The evaluations the folders hold
 (``eval_<NAME>_step<K>.json``, the newest of each name) go into ``eval_step<K>/`` of the series, or replace the file
 of that name where the series has one.
 
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ocsd.cli import UsageError, emit, entry_point, format_table, positive_int
-from ocsd.records import checkpoint_dirs, checkpoint_folders, read_metrics, read_run_info, validate_path
+from ocsd.records import RunWriter, checkpoint_dirs, checkpoint_folders, read_metrics, read_run_info, validate_path
 from training.resumable import resumable_checkpoints
 from training.resume_pack import PackError, pack, read_pack_info
 
@@ -329,10 +330,35 @@ def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path)
             line += f"; weights of step {kept[-1]}, the pack already holds step {held}"
         else:
             pack(staged, pack_file)
+            held = kept[-1]
             line += f"; packed step {kept[-1]} into {pack_file}"
+        if held is not None and (dropped := roll_back(series / name, held)):
+            line += (f"; the weights of checkpoint {dropped[-1]} did not come back, so the records were rolled back "
+                     f"to the pack's step {held} (the run retrains from there)")
         lines.append(line)
         problems += [f"{name}: {problem}" for problem in validate_path(series / name)]
     return lines + evaluations, problems
+
+
+def roll_back(run_dir: str | Path, step: int) -> list[int]:
+    """Drop the records of ``run_dir`` that lie past checkpoint ``step`` when a later checkpoint is recorded: the
+    ``metrics.jsonl`` rows and ``global_step_<K>`` folders with K > ``step``, as the trainer does when it resumes
+    from ``step``, so that a run whose last weights were lost does not keep two versions of the steps it retrains.
+
+    Returns
+    -------
+    list of int
+        The steps of the dropped checkpoint folders (empty, and nothing dropped, when no checkpoint lies past
+        ``step``).
+    """
+    run_dir = Path(run_dir)
+    dropped = [(n, folder) for n, folder in checkpoint_dirs(run_dir) if n > step]
+    if not dropped:
+        return []
+    RunWriter(run_dir).truncate_metrics(step)
+    for _, folder in dropped:
+        shutil.rmtree(folder)
+    return [n for n, _ in dropped]
 
 
 def _table(runs: list[RunStatus], target: int) -> str:

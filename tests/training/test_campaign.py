@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from training.campaign import collect, main, run_status, sent_back, series_status
+from training.campaign import collect, main, roll_back, run_status, sent_back, series_status
 from training.resume_pack import read_pack_info
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,10 +100,10 @@ def test_evaluation_files_are_matched_by_run_name(series):
 
 
 def test_the_command_exit_status_and_json(series, capsys):
-    assert main(["status", str(series), "--target", "20", "--json"]) == 0
+    assert main(["status", str(series), "--target", str(STEP + 6), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     (run,) = result["runs"]
-    assert result["target"] == 20 and run["name"] == RUN and run["remaining"] == 20 - run["pack"]
+    assert result["target"] == STEP + 6 and run["name"] == RUN and run["pack"] == STEP and run["remaining"] == 6
     (series / "packs" / f"{RUN}.tar").unlink()
     assert main(["status", str(series)]) == 1
     out = capsys.readouterr().out
@@ -172,6 +172,28 @@ def test_the_newest_folder_wins(sent, tmp_path):
     _tgz(old / f"{RUN}.tgz", stale, RUN)
     assert sent_back([old, sent])[RUN][0] == sent / f"{RUN}.tgz"
     assert sent_back([sent, old])[RUN] == (old / f"{RUN}.tgz", sorted(sent.glob(f"{RUN}.actor.tgz.*")))
+
+
+def test_records_past_a_checkpoint_whose_weights_were_lost_are_rolled_back(series, tmp_path):
+    """The machine was given back before the weights of its last checkpoint came: the run resumes from the pack, so
+    the series keeps its records only to the pack's step, as the trainer does when it resumes there."""
+    machine = tmp_path / "machine"
+    shutil.copytree(SERIES / RUN, machine / RUN)
+    shutil.copytree(machine / RUN / f"global_step_{STEP}", machine / RUN / f"global_step_{STEP + 2}")
+    rows = [json.loads(line) for line in (machine / RUN / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows += [{**rows[-1], "step": STEP + k} for k in (1, 2, 3)]
+    (machine / RUN / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    folder = tmp_path / "poll_records_only"
+    folder.mkdir()
+    _tgz(folder / f"{RUN}.tgz", machine, RUN)
+    done, invalid = collect(series, [folder], tmp_path / "runs")
+    assert invalid == [] and "no weights came back" in done[0]
+    assert f"checkpoint {STEP + 2} did not come back" in done[0] and f"rolled back to the pack's step {STEP}" in done[0]
+    assert _metrics_steps(series / RUN) == _metrics_steps(SERIES / RUN)
+    assert not (series / RUN / f"global_step_{STEP + 2}").exists()
+    status = run_status(series / RUN)
+    assert status.problems == [] and status.pack == status.checkpoint == status.recorded == STEP
+    assert roll_back(series / RUN, STEP) == []  # nothing past the pack: nothing dropped
 
 
 def test_collect_refuses_what_it_cannot_read(sent, tmp_path, capsys):
