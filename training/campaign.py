@@ -14,7 +14,8 @@ folders given, oldest first (``results/paper_scale_on_gpu.sh poll`` writes one f
 ``--runs`` (the runs with their weights, which ``rescoring.swap`` and ``rescoring.audit`` read), the records copied
 into the series without weights, and the run packed into ``packs/<NAME>.tar`` where its weights are newer than the
 pack there. Where the records reach a checkpoint past the pack (the machine was given back before that checkpoint's
-weights came), they are rolled back to the pack's step (:func:`roll_back`): the run retrains from there. Then each run folder of the series is validated (``ocsd.records``). The evaluations the folders hold
+weights came), they are rolled back to the pack's step (:func:`roll_back`): the run retrains from there. Then
+each run folder of the series is validated (``ocsd.records``). The evaluations the folders hold
 (``eval_<NAME>_step<K>.json``, the newest of each name) go into ``eval_step<K>/`` of the series, or replace the file
 of that name where the series has one.
 
