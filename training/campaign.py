@@ -13,8 +13,11 @@ run folder without weights) and ``<NAME>.actor.tgz.*`` (the parts of its last ch
 folders given, oldest first (``results/paper_scale_on_gpu.sh poll`` writes one folder per call), are unpacked into
 ``--runs`` (the runs with their weights, which ``rescoring.swap`` and ``rescoring.audit`` read), the records copied
 into the series without weights, and the run packed into ``packs/<NAME>.tar`` where its weights are newer than the
-pack there. Where the records reach a checkpoint past the pack (the machine was given back before that checkpoint's
-weights came), they are rolled back to the pack's step (:func:`roll_back`): the run retrains from there. Then
+pack there. Where the records reach past the pack (the machine was given back before a checkpoint's weights came,
+or between two checkpoints), they are rolled back to the pack's step (:func:`roll_back`): the run retrains from
+there. With ``--budget-mib`` the newer packs are measured as a push counts them (:mod:`training.push_size`: a
+replaced pack of the 0.5B adds 78 MB) and replaced only while they fit, the runs that gained the most steps first;
+the others keep their pack and are rolled back to it, their newer weights left in ``--runs``. Then
 each run folder of the series is validated (``ocsd.records``). The evaluations the folders hold
 (``eval_<NAME>_step<K>.json``, the newest of each name) go into ``eval_step<K>/`` of the series, or replace the file
 of that name where the series has one.
@@ -22,7 +25,7 @@ of that name where the series has one.
 Commands::
 
     python -m training.campaign status SERIES [--target 50] [--json]
-    python -m training.campaign collect SERIES FOLDER [FOLDER ...] --runs DIR
+    python -m training.campaign collect SERIES FOLDER [FOLDER ...] --runs DIR [--budget-mib MIB]
 
 Exit status 0 when every run is in step, 1 when a run has a problem (each named), 2 on bad input.
 """
@@ -36,6 +39,7 @@ import re
 import shutil
 import sys
 import tarfile
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -43,10 +47,11 @@ from typing import Sequence
 from ocsd.cli import UsageError, emit, entry_point, format_table, positive_int
 from ocsd.records import RunWriter, checkpoint_dirs, checkpoint_folders, read_metrics, read_run_info, validate_path
 from training.resumable import resumable_checkpoints
+from training.push_size import MIB, change_bytes
 from training.resume_pack import PackError, pack, read_pack_info
 
-__all__ = ["RunStatus", "run_status", "series_status", "sent_back", "sent_evaluations", "collect_evaluations",
-           "collect", "main"]
+__all__ = ["RunStatus", "RolledBack", "run_status", "series_status", "sent_back", "sent_evaluations",
+           "collect_evaluations", "collect", "roll_back", "main"]
 
 PACKS = "packs"
 """The series' subfolder of resume packs, one ``<NAME>.tar`` per run."""
@@ -302,64 +307,152 @@ def collect_evaluations(series: str | Path, folders: Sequence[str | Path]) -> li
     return lines
 
 
-def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path) -> tuple[list[str], list[str]]:
+@dataclass(frozen=True)
+class RolledBack:
+    """What :func:`roll_back` dropped: the steps of the checkpoint folders and of the ``metrics.jsonl`` rows past
+    the step it rolled back to."""
+
+    checkpoints: list[int] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.checkpoints or self.rows)
+
+
+@dataclass(frozen=True)
+class _Offer:
+    """A run's newer pack, written aside: its step, the step of the pack it would replace, and what replacing it
+    adds to a push (bytes; None where not measured)."""
+
+    name: str
+    file: Path
+    step: int
+    held: int | None
+    cost: int | None
+
+
+def _within(offers: Sequence[_Offer], budget: int | None) -> set[str]:
+    """The runs whose packs are replaced: all without a budget; else the runs that gained the most steps first (then
+    the cheaper), each where it still fits."""
+    if budget is None:
+        return {o.name for o in offers}
+    taken, used = set(), 0
+    for offer in sorted(offers, key=lambda o: (-(o.step - (o.held or 0)), o.cost, o.name)):
+        if used + offer.cost <= budget:
+            taken.add(offer.name)
+            used += offer.cost
+    return taken
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path, *,
+            budget: int | None = None) -> tuple[list[str], list[str]]:
     """Bring the runs sent back in ``folders`` into ``series`` (module docstring); returns what was done and the
     problems ``ocsd.records`` finds in the runs' folders of the series, one line each.
+
+    Parameters
+    ----------
+    budget : int, optional
+        Bytes a push may still take (:mod:`training.push_size`). The newer packs are then measured as git writes
+        them (a replaced pack of the 0.5B: 78 MB) and replaced only while they fit, the runs that gained the most
+        steps first; a run whose pack does not fit keeps its older pack, its records are rolled back to that pack's
+        step and its newer weights stay in ``runs`` (a run that has no pack yet is then not brought into the series).
 
     Raises
     ------
     UsageError
-        A folder is missing or holds no run, ``series`` is not a folder, a file cannot be unpacked, or an
-        evaluation file is not one (:func:`collect_evaluations`; then nothing is collected).
+        A folder is missing or holds no run, ``series`` is not a folder, a file cannot be unpacked, an evaluation
+        file is not one (:func:`collect_evaluations`; then nothing is collected), or ``budget`` is negative.
     """
     series, runs = Path(series), Path(runs)
     if not series.is_dir():
         raise UsageError(f"{series}: not a folder")
+    if budget is not None and budget < 0:
+        raise UsageError(f"--budget-mib must be >= 0, got {budget / MIB:g}")
     sent = sent_back(folders)
     evaluations = collect_evaluations(series, folders)  # a file that is no evaluation stops all before a run moves
+    staged = {name: _unpack_run(name, records, parts, runs) for name, (records, parts) in sorted(sent.items())}
     lines, problems = [], []
-    for name, (records, parts) in sorted(sent.items()):
-        staged = _unpack_run(name, records, parts, runs)
-        shutil.copytree(staged, series / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("actor", ".lock"))
-        kept = [n for n, _ in resumable_checkpoints(staged)]
-        line = f"{name}: records to step {max((r['step'] for r in read_metrics(staged)), default=0)} copied"
-        pack_file = series / PACKS / f"{name}.tar"
-        held = read_pack_info(pack_file)["global_step"] if pack_file.exists() else None
-        if not kept:
-            line += "; no weights came back"
-        elif held is not None and held >= kept[-1]:
-            line += f"; weights of step {kept[-1]}, the pack already holds step {held}"
-        else:
-            pack(staged, pack_file)
-            held = kept[-1]
-            line += f"; packed step {kept[-1]} into {pack_file}"
-        if held is not None and (dropped := roll_back(series / name, held)):
-            line += (f"; the weights of checkpoint {dropped[-1]} did not come back, so the records were rolled back "
-                     f"to the pack's step {held} (the run retrains from there)")
-        lines.append(line)
-        problems += [f"{name}: {problem}" for problem in validate_path(series / name)]
+    runs.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=runs, prefix=".packs.") as aside:
+        offers = {}
+        for name, run in staged.items():
+            kept = [n for n, _ in resumable_checkpoints(run)]
+            pack_file = series / PACKS / f"{name}.tar"
+            held = read_pack_info(pack_file)["global_step"] if pack_file.exists() else None
+            if kept and (held is None or kept[-1] > held):
+                new = pack(run, Path(aside) / f"{name}.tar")
+                cost = None if budget is None else change_bytes(pack_file if held is not None else None, new)
+                offers[name] = _Offer(name, new, kept[-1], held, cost)
+        taken = _within(list(offers.values()), budget)
+        left = None if budget is None else budget - sum(offers[n].cost for n in taken)
+        for name, run in staged.items():
+            pack_file = series / PACKS / f"{name}.tar"
+            offer = offers.get(name)
+            if offer and name not in taken and offer.held is None:
+                lines.append(f"{name}: not brought into the series: its first pack ({_mb(offer.cost)} of a push's "
+                             f"diff) does not fit the budget ({_mb(left)} left); the run and its weights stay in "
+                             f"{run}")
+                continue
+            shutil.copytree(run, series / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("actor", ".lock"))
+            kept = [n for n, _ in resumable_checkpoints(run)]
+            line = f"{name}: records to step {max((r['step'] for r in read_metrics(run)), default=0)} copied"
+            held = read_pack_info(pack_file)["global_step"] if pack_file.exists() else None
+            if not kept:
+                line += "; no weights came back"
+            elif offer is None:
+                line += f"; weights of step {kept[-1]}, the pack already holds step {held}"
+            elif name in taken:
+                pack_file.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(offer.file, pack_file)
+                held = offer.step
+                cost = "" if offer.cost is None else f" ({_mb(offer.cost)} of a push's diff)"
+                line += f"; packed step {offer.step} into {pack_file}{cost}"
+            else:
+                line += (f"; the pack of step {offer.step} ({_mb(offer.cost)} of a push's diff) does not fit the "
+                         f"budget ({_mb(left)} left), so the pack keeps step {held} and the weights of step "
+                         f"{offer.step} stay in {run}")
+            if held is not None and (dropped := roll_back(series / name, held)):
+                line += f"; {_rolled_back(dropped, held)}"
+            lines.append(line)
+            problems += [f"{name}: {problem}" for problem in validate_path(series / name)]
     return lines + evaluations, problems
 
 
-def roll_back(run_dir: str | Path, step: int) -> list[int]:
-    """Drop the records of ``run_dir`` that lie past checkpoint ``step`` when a later checkpoint is recorded: the
-    ``metrics.jsonl`` rows and ``global_step_<K>`` folders with K > ``step``, as the trainer does when it resumes
-    from ``step``, so that a run whose last weights were lost does not keep two versions of the steps it retrains.
+def _rolled_back(dropped: RolledBack, step: int) -> str:
+    """What a roll-back to ``step`` did, said in one clause."""
+    if dropped.checkpoints:
+        return (f"the weights of checkpoint {dropped.checkpoints[-1]} are not in the pack, so the records were rolled "
+                f"back to the pack's step {step} (the run retrains from there)")
+    steps = dropped.rows
+    which = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+    return (f"the records of {which}, past the last checkpoint, were rolled back to the pack's step {step} (the run "
+            f"retrains them from there)")
+
+
+def roll_back(run_dir: str | Path, step: int) -> RolledBack:
+    """Drop the records of ``run_dir`` that lie past checkpoint ``step``: the ``metrics.jsonl`` rows and
+    ``global_step_<K>`` folders with K > ``step``, as the trainer does when it resumes from ``step``, so that a run
+    whose later weights were lost (or were never written: a machine given back between two checkpoints) does not
+    keep two versions of the steps it retrains.
 
     Returns
     -------
-    list of int
-        The steps of the dropped checkpoint folders (empty, and nothing dropped, when no checkpoint lies past
-        ``step``).
+    RolledBack
+        The steps of the dropped checkpoint folders and metrics rows (false, and nothing dropped, when no record
+        lies past ``step``).
     """
     run_dir = Path(run_dir)
-    dropped = [(n, folder) for n, folder in checkpoint_dirs(run_dir) if n > step]
-    if not dropped:
-        return []
-    RunWriter(run_dir).truncate_metrics(step)
-    for _, folder in dropped:
+    folders = [(n, folder) for n, folder in checkpoint_dirs(run_dir) if n > step]
+    rows = sorted(int(r["step"]) for r in read_metrics(run_dir) if int(r["step"]) > step)
+    if rows:
+        RunWriter(run_dir).truncate_metrics(step)
+    for _, folder in folders:
         shutil.rmtree(folder)
-    return [n for n, _ in dropped]
+    return RolledBack([n for n, _ in folders], rows)
 
 
 def _table(runs: list[RunStatus], target: int) -> str:
@@ -393,11 +486,16 @@ def _main(argv: Sequence[str] | None) -> int:
     take.add_argument("--runs", required=True, metavar="DIR",
                       help="where the runs are unpacked with their weights (kept for rescoring)")
     take.add_argument("--target", type=positive_int("--target"), default=50, help="for the status printed after")
+    take.add_argument("--budget-mib", type=float, default=None, metavar="MIB",
+                      help="what a push may still take (python -m training.push_size says what is left, less the "
+                           "records and analyses still to commit): newer packs replace the older only while they "
+                           "fit, the runs that gained the most steps first")
     args = parser.parse_args(argv)
     args.json = getattr(args, "json", False)
     invalid: list[str] = []
     if args.command == "collect":
-        done, invalid = collect(args.series, args.folders, args.runs)
+        budget = None if args.budget_mib is None else int(args.budget_mib * MIB)
+        done, invalid = collect(args.series, args.folders, args.runs, budget=budget)
         print("\n".join(done + [f"invalid records: {p}" for p in invalid]))
     runs = series_status(args.series)
     result = {"series": args.series, "target": args.target,

@@ -4,6 +4,7 @@ real pack."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from training.campaign import collect, main, roll_back, run_status, sent_back, series_status
+from training.campaign import RolledBack, collect, main, roll_back, run_status, sent_back, series_status
+from training.push_size import MIB, change_bytes
 from training.resume_pack import read_pack_info
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,23 +131,29 @@ def _tgz(out: Path, root: Path, member: str, exclude: str | None = None) -> Path
     return out
 
 
-@pytest.fixture
-def sent(tmp_path):
-    """A machine's poll folder for the run: ``NAME.tgz`` (records) and ``NAME.actor.tgz.*`` (its last checkpoint's
-    actor/, from the committed pack, cut into parts), as ``results/paper_scale_on_gpu.sh poll`` writes them."""
+def _send(tmp_path: Path, folder: Path, *names: str) -> Path:
+    """A machine's poll folder for the runs ``names``: ``NAME.tgz`` (records) and ``NAME.actor.tgz.*`` (its last
+    checkpoint's actor/, from the committed pack, cut into parts), as ``results/paper_scale_on_gpu.sh poll`` writes
+    them."""
     from training.resume_pack import unpack
 
     machine = tmp_path / "machine"
-    shutil.copytree(SERIES / RUN, machine / RUN)
-    step = unpack(SERIES / "packs" / f"{RUN}.tar", machine / RUN).name.rsplit("_", 1)[1]
-    folder = tmp_path / "poll1"
     folder.mkdir()
-    _tgz(folder / f"{RUN}.tgz", machine, RUN, exclude="actor")
-    whole = _tgz(tmp_path / "actor.tgz", machine, f"{RUN}/global_step_{step}/actor").read_bytes()
-    size = len(whole) // 3 + 1
-    for i, suffix in enumerate(("aa", "ab", "ac")):
-        (folder / f"{RUN}.actor.tgz.{suffix}").write_bytes(whole[i * size:(i + 1) * size])
+    for name in names:
+        shutil.copytree(SERIES / name, machine / name)
+        step = unpack(SERIES / "packs" / f"{name}.tar", machine / name).name.rsplit("_", 1)[1]
+        _tgz(folder / f"{name}.tgz", machine, name, exclude="actor")
+        whole = _tgz(tmp_path / "actor.tgz", machine, f"{name}/global_step_{step}/actor").read_bytes()
+        size = len(whole) // 3 + 1
+        for i, suffix in enumerate(("aa", "ab", "ac")):
+            (folder / f"{name}.actor.tgz.{suffix}").write_bytes(whole[i * size:(i + 1) * size])
     return folder
+
+
+@pytest.fixture
+def sent(tmp_path):
+    """A machine's poll folder for the run (:func:`_send`)."""
+    return _send(tmp_path, tmp_path / "poll1", RUN)
 
 
 def test_collect_brings_the_records_and_the_weights_into_the_series(sent, tmp_path):
@@ -188,12 +196,12 @@ def test_records_past_a_checkpoint_whose_weights_were_lost_are_rolled_back(serie
     _tgz(folder / f"{RUN}.tgz", machine, RUN)
     done, invalid = collect(series, [folder], tmp_path / "runs")
     assert invalid == [] and "no weights came back" in done[0]
-    assert f"checkpoint {STEP + 2} did not come back" in done[0] and f"rolled back to the pack's step {STEP}" in done[0]
+    assert f"checkpoint {STEP + 2} are not in the pack" in done[0] and f"rolled back to the pack's step {STEP}" in done[0]
     assert _metrics_steps(series / RUN) == _metrics_steps(SERIES / RUN)
     assert not (series / RUN / f"global_step_{STEP + 2}").exists()
     status = run_status(series / RUN)
     assert status.problems == [] and status.pack == status.checkpoint == status.recorded == STEP
-    assert roll_back(series / RUN, STEP) == []  # nothing past the pack: nothing dropped
+    assert not roll_back(series / RUN, STEP)  # nothing past the pack: nothing dropped
 
 
 def test_collect_refuses_what_it_cannot_read(sent, tmp_path, capsys):
@@ -243,3 +251,69 @@ def test_collect_files_the_evaluations_by_step(sent, tmp_path, capsys):
     assert main(["collect", str(series), str(sent), str(later), "--runs", str(tmp_path / "runs")]) == 2
     assert f"eval_{RUN}_step50.json: not an evaluation, it cannot be read as JSON" in capsys.readouterr().err
     assert not (series / "eval_step50").exists()
+
+
+def test_records_past_the_last_checkpoint_are_rolled_back(series, tmp_path):
+    """A machine given back between two checkpoints: the records reach step K+1 with the last checkpoint at K. The
+    trainer retrains K+1 when it resumes from K, so the series keeps the records only to K."""
+    machine = tmp_path / "machine"
+    shutil.copytree(SERIES / RUN, machine / RUN)
+    rows = [json.loads(line) for line in (machine / RUN / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    (machine / RUN / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in
+                                                         rows + [{**rows[-1], "step": STEP + 1}]))
+    folder = tmp_path / "poll_between"
+    folder.mkdir()
+    _tgz(folder / f"{RUN}.tgz", machine, RUN)
+    done, invalid = collect(series, [folder], tmp_path / "runs")
+    assert invalid == [] and f"the records of step {STEP + 1}, past the last checkpoint, were rolled back" in done[0]
+    assert _metrics_steps(series / RUN) == _metrics_steps(SERIES / RUN)
+    assert run_status(series / RUN).recorded == STEP
+    assert roll_back(series / RUN, STEP - 2) == RolledBack([STEP], [STEP - 1, STEP])
+
+
+def _older_pack(path: Path, step: int) -> None:
+    """Rewrite the ``pack.json`` of the pack at ``path`` to say ``step`` (a pack left behind by the records)."""
+    with tarfile.open(path) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    with tarfile.open(path, "w") as tar:
+        for member, data in members:
+            if member.name == "pack.json":
+                data = json.dumps({**json.loads(data), "global_step": step}).encode()
+                member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+
+
+def test_a_pack_past_the_budget_is_not_replaced(series, sent, tmp_path, capsys):
+    """With no budget left the series keeps its older pack, rolls the records back to it, and the newer weights stay
+    in --runs; with room, the pack is replaced and its cost, as git writes it, is said."""
+    _older_pack(series / "packs" / f"{RUN}.tar", STEP - 2)
+    assert main(["collect", str(series), str(sent), "--runs", str(tmp_path / "runs"), "--budget-mib", "0"]) == 0
+    out = capsys.readouterr().out
+    assert f"the pack of step {STEP} (" in out and "does not fit the budget (0.0 MB left)" in out
+    assert f"so the pack keeps step {STEP - 2}" in out
+    status = run_status(series / RUN)
+    assert status.problems == [] and status.pack == status.checkpoint == status.recorded == STEP - 2
+    assert (tmp_path / "runs" / RUN / f"global_step_{STEP}" / "actor").is_dir()
+
+    old = tmp_path / "old.tar"
+    shutil.copyfile(series / "packs" / f"{RUN}.tar", old)
+    done, invalid = collect(series, [sent], tmp_path / "runs", budget=300 * MIB)
+    cost = change_bytes(old, series / "packs" / f"{RUN}.tar")
+    assert invalid == [] and f"packed step {STEP} into" in done[0] and f"({cost / 1e6:.1f} MB of a push's diff)" in done[0]
+    assert run_status(series / RUN).pack == STEP
+
+
+def test_the_budget_takes_the_runs_that_gained_most(tmp_path):
+    """Two runs new to the series, room for one first pack: the run with more steps comes in, the other is left out
+    of the series whole (records without a pack could not resume) with its weights in --runs."""
+    series = tmp_path / "series"
+    series.mkdir()
+    folder = _send(tmp_path, tmp_path / "poll2", RUN, OTHER)
+    steps = {name: read_pack_info(SERIES / "packs" / f"{name}.tar")["global_step"] for name in (RUN, OTHER)}
+    first, second = sorted(steps, key=lambda n: (-steps[n], n))
+    one = change_bytes(None, SERIES / "packs" / f"{first}.tar")
+    done, invalid = collect(series, [folder], tmp_path / "runs", budget=int(one * 1.5))
+    assert invalid == []
+    assert [r.name for r in series_status(series)] == [first]
+    assert any(line.startswith(f"{second}: not brought into the series: its first pack") for line in done)
+    assert (tmp_path / "runs" / second / f"global_step_{steps[second]}" / "actor").is_dir()
