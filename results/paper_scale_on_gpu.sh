@@ -89,7 +89,9 @@
 #                                                            $OUT/verl_check.tgz
 #   bash results/paper_scale_on_gpu.sh poll SECONDS [RUN...] wait up to SECONDS for the jobs and print their progress;
 #                                                            without RUN, copy what they finished into $OUT (outputs,
-#                                                            each run folder without weights: NAME.tgz) and the
+#                                                            the folder of each run started here without weights:
+#                                                            NAME.tgz; runs carried in but not started are
+#                                                            unchanged and stay) and the
 #                                                            weights of one run started here whose last checkpoint
 #                                                            has not come back yet (runs carried in but not started
 #                                                            stay where they came from), the one waiting longest,
@@ -97,7 +99,9 @@
 #                                                            call (WEIGHTS=0: none); with RUNs, only those runs'
 #                                                            NAME.tgz and NAME.actor.tgz.aa, ... of the last
 #                                                            checkpoint that has its weights (58 MB for the 0.5B:
-#                                                            one run per call, which brings back 8 files, 64 MB)
+#                                                            one run per call, which brings back 8 files, 64 MB),
+#                                                            and the finished evaluations (eval_*.json) while the
+#                                                            call has room
 # Settings: TRAIN_GAMES (real: the carried release's valid_train split, 200 trials of ALFWorld's training split, with
 # valid_seen for validation; generated: the carried generated games, 88-98% of whose episodes the 0.5B warm start
 # wins), DRY (set: print each job's GPU and command instead of starting it), AFTER (a job's NAME: the job started now
@@ -308,6 +312,14 @@ pack_weights() {  # NAME: the weights of its last checkpoint into $OUT/NAME.acto
     echo "$last"
 }
 
+out_bytes() {  # what $OUT holds, in bytes
+    du -cb "$OUT"/ 2>/dev/null | tail -1 | cut -f1
+}
+
+room() {  # BYTES: one more file of BYTES still fits the call (8 files, 62 MB with the listing)
+    [ "$(ls "$OUT" | wc -l)" -lt 8 ] && [ $(( $(out_bytes) + $1 )) -le 62000000 ]
+}
+
 weights_held() {  # NAME CHECKPOINT: the weights of NAME's CHECKPOINT are off the machine (or came with it; an
     mkdir -p $JOBS/weights && echo "$2" > $JOBS/weights/$1  # empty CHECKPOINT: a run started from none)
 }
@@ -401,14 +413,24 @@ poll)
     for r in $RUNS_DIR/*/; do  # training runs: the folder without weights, and for a RUN named, the adapter and
         r=${r%/} name=$(basename "$r")  # state of its last checkpoint that has them (a later one may be half written)
         [ -f "$r/run.json" ] && [ -f "$r/metrics.jsonl" ] || continue
-        [ $# -eq 0 ] || [[ " $* " == *" $name "* ]] || continue
+        if [ $# -eq 0 ]; then  # without RUNs, the runs started here: those carried in and not started are unchanged
+            [ -e "$JOBS/weights/$name" ] || continue
+        else
+            [[ " $* " == *" $name "* ]] || continue
+        fi
         (cd $RUNS_DIR && tar czf "$OUT/$name.tgz" --exclude=actor "$name")
         [ $# -eq 0 ] || weights_held "$name" "$(pack_weights "$name")"
     done
+    if [ $# -gt 0 ]; then  # with RUNs, the finished evaluations ride along while the call has room
+        for f in $JOBS/out/eval_*.json; do
+            [ -e "$f" ] && room "$(stat -c %s "$f")" || break
+            cp "$f" "$OUT/"
+        done
+    fi
     # without RUNs: one run's newer weights ride along, so a machine lost between calls loses only the steps since
     if [ $# -eq 0 ] && [ "${WEIGHTS:-1}" != 0 ] && due=$(weights_due) && [ -n "$due" ]; then  # they last came back
         last=$(pack_weights "$due")
-        if [ "$(ls "$OUT" | wc -l)" -gt 8 ] || [ "$(du -cb "$OUT"/* | tail -1 | cut -f1)" -gt 62000000 ]; then
+        if [ "$(ls "$OUT" | wc -l)" -gt 8 ] || [ "$(out_bytes)" -gt 62000000 ]; then
             rm -f "$OUT/$due.actor.tgz."*  # over what a call brings back: left for a poll that names the run
             echo "the weights of $due do not fit beside the rest: poll SECONDS $due brings them"
         else

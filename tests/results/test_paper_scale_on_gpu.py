@@ -269,11 +269,31 @@ def test_a_run_started_from_no_checkpoint_has_its_first_weights_brought(tmp_path
 
 def test_poll_with_a_run_brings_only_its_folder_and_its_last_weights_in_step_order(tmp_path):
     """poll SECONDS RUN: the run's folder and the weights of its last checkpoint that has them, by step number
-    (as text, global_step_8 sorts last), nothing else: a call brings back 8 files."""
-    out = _poll(tmp_path, "grpo_a")
+    (as text, global_step_8 sorts last), and of the other runs nothing: a call brings back 8 files."""
+    out = _poll(tmp_path, "grpo_a", outputs=0)
     assert sorted(p.name for p in out.iterdir()) == ["grpo_a.actor.tgz.aa", "grpo_a.tgz"]
     with tarfile.open(out / "grpo_a.actor.tgz.aa") as packed:
         assert packed.getnames()[-1] == "grpo_a/global_step_10/actor/trainer_state.pt"
+
+
+def test_poll_without_runs_brings_only_the_folders_of_runs_started_here(tmp_path):
+    """A bundle carries every run of the series; a call's 8 files are not spent on the folders of those the machine
+    does not train (six runs and one run's four weight parts would pass them)."""
+    out = _poll(tmp_path, started=("ocsd_a",), WEIGHTS="0")
+    assert sorted(p.name for p in out.iterdir()) == ["eval_x.json", "ocsd_a.tgz"]
+
+
+def test_poll_with_a_run_brings_the_finished_evaluations_while_the_call_has_room(tmp_path):
+    """poll SECONDS RUN: beside the run's folder and weights (two files here) the evaluations come, up to 8 files."""
+    out = _poll(tmp_path, "grpo_a", outputs=8)
+    names = sorted(p.name for p in out.iterdir())
+    assert len(names) == 8 and {"grpo_a.tgz", "grpo_a.actor.tgz.aa"} <= set(names)
+    assert sorted(n for n in names if not n.startswith("grpo_a.")) == [f"eval_{i}.json" for i in range(1, 7)]
+    for extra in (tmp_path / "jobs" / "out").glob("eval_[0-9]*.json"):
+        extra.unlink()
+    (tmp_path / "jobs" / "out" / "eval_x.json").write_bytes(b"x" * 63_000_000)  # a file past the call's 62 MB
+    assert sorted(p.name for p in _poll(tmp_path, "grpo_a", outputs=0).iterdir()) == ["grpo_a.actor.tgz.aa",
+                                                                                      "grpo_a.tgz"]
 
 
 def test_the_ladder_job_scores_a_run_with_its_stored_scores_and_each_model_named():
