@@ -83,3 +83,13 @@ def test_inputs_it_cannot_draw_are_refused_by_name(results, tmp_path):
     done = subprocess.run([sys.executable, "-m", "figures.by_step", str(tmp_path / "missing.json")], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "missing.json does not exist" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_caption_names_the_checkpoints_steps_not_the_last_windows_edge(results, tmp_path, monkeypatch):
+    """Checkpoints 4, 8 and 12 in windows of 8 (4-11, 12-19): the caption says steps 4-12, not 4-19."""
+    said = []
+    monkeypatch.setattr(by_step, "add_caption", lambda fig, text: said.append(text))
+    by_step.build(results[1:], tmp_path, labels=["eight"])
+    windows = json.loads(results[1].read_text())["windows"]
+    assert windows[-1]["last"] == 19
+    assert said and "eight: checkpoints of steps 4-12, windows of 8" in said[0]
