@@ -376,50 +376,64 @@ def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path,
     evaluations = collect_evaluations(series, folders)  # a file that is no evaluation stops all before a run moves
     staged = {name: _unpack_run(name, records, parts, runs) for name, (records, parts) in sorted(sent.items())}
     lines, problems = [], []
-    runs.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=runs, prefix=".packs.") as aside:
-        offers = {}
-        for name, run in staged.items():
-            kept = [n for n, _ in resumable_checkpoints(run)]
-            pack_file = series / PACKS / f"{name}.tar"
-            held = read_pack_info(pack_file)["global_step"] if pack_file.exists() else None
-            if kept and (held is None or kept[-1] > held):
-                new = pack(run, Path(aside) / f"{name}.tar")
-                cost = None if budget is None else change_bytes(pack_file if held is not None else None, new)
-                offers[name] = _Offer(name, new, kept[-1], held, cost)
+        offers = {name: offer for name, run in staged.items()
+                  if (offer := _newer_pack(name, run, series, Path(aside), measure=budget is not None))}
         taken = _within(list(offers.values()), budget)
-        left = None if budget is None else budget - sum(offers[n].cost for n in taken)
+        left = None if budget is None else budget - sum(offers[name].cost for name in taken)
         for name, run in staged.items():
-            pack_file = series / PACKS / f"{name}.tar"
-            offer = offers.get(name)
-            if offer and name not in taken and offer.held is None:
-                lines.append(f"{name}: not brought into the series: its first pack ({_mb(offer.cost)} of a push's "
-                             f"diff) does not fit the budget ({_mb(left)} left); the run and its weights stay in "
-                             f"{run}")
-                continue
-            shutil.copytree(run, series / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("actor", ".lock"))
-            kept = [n for n, _ in resumable_checkpoints(run)]
-            line = f"{name}: records to step {max((r['step'] for r in read_metrics(run)), default=0)} copied"
-            held = read_pack_info(pack_file)["global_step"] if pack_file.exists() else None
-            if not kept:
-                line += "; no weights came back"
-            elif offer is None:
-                line += f"; weights of step {kept[-1]}, the pack already holds step {held}"
-            elif name in taken:
-                pack_file.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(offer.file, pack_file)
-                held = offer.step
-                cost = "" if offer.cost is None else f" ({_mb(offer.cost)} of a push's diff)"
-                line += f"; packed step {offer.step} into {pack_file}{cost}"
-            else:
-                line += (f"; the pack of step {offer.step} ({_mb(offer.cost)} of a push's diff) does not fit the "
-                         f"budget ({_mb(left)} left), so the pack keeps step {held} and the weights of step "
-                         f"{offer.step} stay in {run}")
-            if held is not None and (dropped := roll_back(series / name, held)):
-                line += f"; {_rolled_back(dropped, held)}"
-            lines.append(line)
-            problems += [f"{name}: {problem}" for problem in validate_path(series / name)]
+            lines.append(_bring_in(name, run, series, offers.get(name), name in taken, left))
+            if (series / name).is_dir():
+                problems += [f"{name}: {problem}" for problem in validate_path(series / name)]
     return lines + evaluations, problems
+
+
+def _held(pack_file: Path) -> int | None:
+    """The step of the pack at ``pack_file`` (None without one)."""
+    return read_pack_info(pack_file)["global_step"] if pack_file.exists() else None
+
+
+def _newer_pack(name: str, run: Path, series: Path, aside: Path, *, measure: bool) -> _Offer | None:
+    """The pack of ``run``'s last checkpoint, written into ``aside``, where it is newer than the series' pack of the
+    run (None otherwise); with ``measure``, what replacing the series' pack by it adds to a push."""
+    kept = [n for n, _ in resumable_checkpoints(run)]
+    pack_file = series / PACKS / f"{name}.tar"
+    held = _held(pack_file)
+    if not kept or (held is not None and kept[-1] <= held):
+        return None
+    new = pack(run, aside / f"{name}.tar")
+    cost = change_bytes(pack_file if held is not None else None, new) if measure else None
+    return _Offer(name, new, kept[-1], held, cost)
+
+
+def _bring_in(name: str, run: Path, series: Path, offer: _Offer | None, fits: bool, left: int | None) -> str:
+    """Copy ``run``'s records into the series, replace its pack by ``offer`` where there is one that ``fits``, roll
+    the records back to the pack's step; returns the run's line (a run whose first pack does not fit stays out)."""
+    pack_file = series / PACKS / f"{name}.tar"
+    if offer and not fits and offer.held is None:
+        return (f"{name}: not brought into the series: its first pack ({_mb(offer.cost)} of a push's diff) does not "
+                f"fit the budget ({_mb(left)} left); the run and its weights stay in {run}")
+    shutil.copytree(run, series / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("actor", ".lock"))
+    kept = [n for n, _ in resumable_checkpoints(run)]
+    line = f"{name}: records to step {max((r['step'] for r in read_metrics(run)), default=0)} copied"
+    held = _held(pack_file)
+    if not kept:
+        line += "; no weights came back"
+    elif offer is None:
+        line += f"; weights of step {kept[-1]}, the pack already holds step {held}"
+    elif fits:
+        pack_file.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(offer.file, pack_file)
+        held = offer.step
+        cost = "" if offer.cost is None else f" ({_mb(offer.cost)} of a push's diff)"
+        line += f"; packed step {offer.step} into {pack_file}{cost}"
+    else:
+        line += (f"; the pack of step {offer.step} ({_mb(offer.cost)} of a push's diff) does not fit the budget "
+                 f"({_mb(left)} left), so the pack keeps step {held} and the weights of step {offer.step} stay in "
+                 f"{run}")
+    if held is not None and (dropped := roll_back(series / name, held)):
+        line += f"; {_rolled_back(dropped, held)}"
+    return line
 
 
 def _rolled_back(dropped: RolledBack, step: int) -> str:
