@@ -17,7 +17,8 @@ pack there. Where the records reach past the pack (the machine was given back be
 or between two checkpoints), they are rolled back to the pack's step (:func:`roll_back`): the run retrains from
 there. With ``--budget-mib`` the newer packs are measured as a push counts them (:mod:`training.push_size`: a
 replaced pack of the 0.5B adds 78 MB) and replaced only while they fit, the runs that gained the most steps first;
-the others keep their pack and are rolled back to it, their newer weights left in ``--runs``. Then
+the others keep their pack and are rolled back to it, their newer weights left in ``--runs``; ``--since REV``
+takes the budget from what the commits since REV leave of the push's limit. Then
 each run folder of the series is validated (``ocsd.records``). The evaluations the folders hold
 (``eval_<NAME>_step<K>.json``, the newest of each name) go into ``eval_step<K>/`` of the series, or replace the file
 of that name where the series has one.
@@ -25,7 +26,7 @@ of that name where the series has one.
 Commands::
 
     python -m training.campaign status SERIES [--target 50] [--json]
-    python -m training.campaign collect SERIES FOLDER [FOLDER ...] --runs DIR [--budget-mib MIB]
+    python -m training.campaign collect SERIES FOLDER [FOLDER ...] --runs DIR [--budget-mib MIB | --since REV]
 
 Exit status 0 when every run is in step, 1 when a run has a problem (each named), 2 on bad input.
 """
@@ -47,12 +48,14 @@ from typing import Sequence
 from ocsd.cli import UsageError, emit, entry_point, format_table, positive_int
 from ocsd.records import RunWriter, checkpoint_dirs, checkpoint_folders, read_metrics, read_run_info, validate_path
 from training.resumable import resumable_checkpoints
-from training.push_size import MIB, change_bytes
+from training.push_size import DEFAULT_LIMIT_MIB, MIB, change_bytes, pending
 from training.resume_pack import PackError, pack, read_pack_info
 
 __all__ = ["RunStatus", "RolledBack", "run_status", "series_status", "sent_back", "sent_evaluations",
            "collect_evaluations", "collect", "roll_back", "main"]
 
+RESERVE_MIB = 10.0
+"""What ``collect --since`` keeps of a push's budget for the records and analyses still to commit (MiB)."""
 PACKS = "packs"
 """The series' subfolder of resume packs, one ``<NAME>.tar`` per run."""
 _EVAL = re.compile(r"eval_(?P<run>.+)_step(?P<step>\d+)\.json")
@@ -484,6 +487,19 @@ def _table(runs: list[RunStatus], target: int) -> str:
     return "\n".join(lines)
 
 
+def _budget(args: argparse.Namespace) -> int | None:
+    """The bytes collect may add to the push: ``--budget-mib``, or what ``--since`` leaves under ``--limit-mib``
+    less ``--reserve-mib`` (at least 0); None without either."""
+    if args.since is None:
+        return None if args.budget_mib is None else int(args.budget_mib * MIB)
+    if args.limit_mib <= 0 or args.reserve_mib < 0:
+        raise UsageError("--limit-mib must be > 0 and --reserve-mib >= 0")
+    left = pending(args.since, Path(args.series), limit_mib=args.limit_mib).left - int(args.reserve_mib * MIB)
+    print(f"push budget: {max(left, 0) / 1e6:.1f} MB (what the commits since {args.since} and the changes not "
+          f"committed leave under {args.limit_mib:g} MiB, less {args.reserve_mib:g} MiB)")
+    return max(left, 0)
+
+
 def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.campaign", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -500,16 +516,22 @@ def _main(argv: Sequence[str] | None) -> int:
     take.add_argument("--runs", required=True, metavar="DIR",
                       help="where the runs are unpacked with their weights (kept for rescoring)")
     take.add_argument("--target", type=positive_int("--target"), default=50, help="for the status printed after")
-    take.add_argument("--budget-mib", type=float, default=None, metavar="MIB",
-                      help="what a push may still take (python -m training.push_size says what is left, less the "
-                           "records and analyses still to commit): newer packs replace the older only while they "
-                           "fit, the runs that gained the most steps first")
+    budget = take.add_mutually_exclusive_group()
+    budget.add_argument("--budget-mib", type=float, default=None, metavar="MIB",
+                        help="what a push may still take: newer packs replace the older only while they fit, the "
+                             "runs that gained the most steps first")
+    budget.add_argument("--since", metavar="REV",
+                        help="the budget is what python -m training.push_size --since REV leaves under --limit-mib, "
+                             "less --reserve-mib")
+    take.add_argument("--limit-mib", type=float, default=DEFAULT_LIMIT_MIB,
+                      help=f"with --since: the limit on a push's diffs (default {DEFAULT_LIMIT_MIB:g})")
+    take.add_argument("--reserve-mib", type=float, default=RESERVE_MIB,
+                      help=f"with --since: kept for the records and analyses still to commit (default {RESERVE_MIB:g})")
     args = parser.parse_args(argv)
     args.json = getattr(args, "json", False)
     invalid: list[str] = []
     if args.command == "collect":
-        budget = None if args.budget_mib is None else int(args.budget_mib * MIB)
-        done, invalid = collect(args.series, args.folders, args.runs, budget=budget)
+        done, invalid = collect(args.series, args.folders, args.runs, budget=_budget(args))
         print("\n".join(done + [f"invalid records: {p}" for p in invalid]))
     runs = series_status(args.series)
     result = {"series": args.series, "target": args.target,

@@ -77,10 +77,16 @@ def commit_bytes(rev: str, repo: str | os.PathLike = ".") -> int:
     return _git_output_bytes(["show", "--binary", "--format=", "--diff-merges=first-parent", rev], repo)
 
 
+def _top(folder: str | os.PathLike) -> Path:
+    """The top folder of the work tree that holds ``folder`` (:class:`UsageError` outside one)."""
+    return Path(_git_lines(["rev-parse", "--show-toplevel"], folder)[0])
+
+
 def uncommitted_bytes(repo: str | os.PathLike = ".") -> int:
-    """The diff text of what is not committed yet: tracked files changed against ``HEAD`` (staged or not) and
-    untracked files that ``.gitignore`` does not ignore, each as an added file."""
-    repo = Path(repo)
+    """The diff text of what is not committed yet in the work tree that holds ``repo``: tracked files changed
+    against ``HEAD`` (staged or not) and untracked files that ``.gitignore`` does not ignore, each as an added
+    file."""
+    repo = _top(repo)
     total = _git_output_bytes(["diff", "--binary", "HEAD"], repo)
     for name in _git_lines(["ls-files", "--others", "--exclude-standard"], repo):
         total += change_bytes(None, repo / name)
@@ -142,8 +148,7 @@ def pending(since: str | None = None, repo: str | os.PathLike = ".", *,
     UsageError
         ``repo`` is not a git work tree, or ``since`` is not a revision of it.
     """
-    repo = Path(repo)
-    _git_lines(["rev-parse", "--show-toplevel"], repo)  # outside a work tree: refused, naming the folder
+    repo = _top(repo)
     since = since or _upstream(repo)
     if subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{since}^{{commit}}"], cwd=repo,
                       capture_output=True).returncode != 0:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from training.campaign import RolledBack, collect, main, roll_back, run_status, sent_back, series_status
@@ -272,8 +274,10 @@ def test_records_past_the_last_checkpoint_are_rolled_back(series, tmp_path):
     assert roll_back(series / RUN, STEP - 2) == RolledBack([STEP], [STEP - 1, STEP])
 
 
-def _older_pack(path: Path, step: int) -> None:
-    """Rewrite the ``pack.json`` of the pack at ``path`` to say ``step`` (a pack left behind by the records)."""
+def _older_pack(path: Path, step: int, *, other_state: bool = False) -> None:
+    """Rewrite the ``pack.json`` of the pack at ``path`` to say ``step`` (a pack left behind by the records); with
+    ``other_state``, its trainer state replaced by random bytes of the same length, so that git cannot write the
+    newer pack as a small delta of it (as with two real checkpoints)."""
     with tarfile.open(path) as tar:
         members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
     with tarfile.open(path, "w") as tar:
@@ -281,6 +285,8 @@ def _older_pack(path: Path, step: int) -> None:
             if member.name == "pack.json":
                 data = json.dumps({**json.loads(data), "global_step": step}).encode()
                 member.size = len(data)
+            elif other_state and member.name.endswith(".pt"):
+                data = np.random.default_rng(0).bytes(len(data))
             tar.addfile(member, io.BytesIO(data))
 
 
@@ -319,3 +325,23 @@ def test_the_budget_takes_the_runs_that_gained_most(tmp_path):
     assert [r.name for r in series_status(series)] == [first]
     assert any(line.startswith(f"{second}: not brought into the series: its first pack") for line in done)
     assert (tmp_path / "runs" / second / f"global_step_{steps[second]}" / "actor").is_dir()
+
+
+def test_collect_since_takes_its_budget_from_the_push(series, sent, tmp_path, capsys):
+    """--since REV: the budget is what the commits since REV and the changes not committed leave under --limit-mib,
+    less --reserve-mib; here 40 - 0 - 10 MiB, short of a replaced pack, then the default 256 MiB, room for it."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    _older_pack(series / "packs" / f"{RUN}.tar", STEP - 2, other_state=True)
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "the series"]):
+        subprocess.run(["git", *args], cwd=series, check=True, env=env, capture_output=True)
+    runs = str(tmp_path / "runs")
+    main(["collect", str(series), str(sent), "--runs", runs, "--since", "HEAD", "--limit-mib", "40"])
+    out = capsys.readouterr().out
+    assert f"push budget: {30 * MIB / 1e6:.1f} MB" in out and f"so the pack keeps step {STEP - 2}" in out
+    assert main(["collect", str(series), str(sent), "--runs", runs, "--since", "HEAD"]) == 0
+    out = capsys.readouterr().out
+    assert f"packed step {STEP} into" in out and run_status(series / RUN).pack == STEP
+    with pytest.raises(SystemExit) as refused:
+        main(["collect", str(series), str(sent), "--runs", runs, "--since", "HEAD", "--budget-mib", "1"])
+    assert refused.value.code == 2 and "not allowed with argument" in capsys.readouterr().err

@@ -99,3 +99,9 @@ def test_bad_input_exits_2_naming_it(repo, capsys, args, message):
 def test_outside_a_work_tree_exits_2(tmp_path, capsys):
     assert main(["--since", "HEAD", "--repo", str(tmp_path)]) == 2
     assert "not a git repository" in capsys.readouterr().err
+
+
+def test_a_subfolder_counts_the_whole_work_tree(repo):
+    (repo / "sub").mkdir()
+    (repo / "top.bin").write_bytes(random_bytes(np.random.default_rng(2), 40_000))
+    assert uncommitted_bytes(repo / "sub") == uncommitted_bytes(repo) > literal_bytes((repo / "top.bin").read_bytes())
