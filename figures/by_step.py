@@ -109,9 +109,8 @@ def build(paths: Sequence, out_dir, *, labels: Sequence[str] | None = None, abla
     parts = []
     for label, result in inputs:
         windows = result["windows"]
-        steps = sorted({g for w in windows for g in w.get("global_steps", ())})
-        span = (f"checkpoints of steps {steps[0]}-{steps[-1]}" if steps else  # not the last window's far edge
-                f"steps {windows[0]['first']}-{windows[-1]['last']}" if windows else "no steps")
+        steps = sorted({g for w in windows for g in w["global_steps"]})  # not the last window's far edge
+        span = f"checkpoints of steps {steps[0]}-{steps[-1]}" if steps else "no steps"
         parts.append(f"{label}: {span}, windows of {result['width']}, "
                      f"{sum(w['n_steps'] for w in windows)} labelled steps")
     ci = {f"{result['ci']:.0%}" for _, result in inputs}

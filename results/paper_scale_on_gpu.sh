@@ -316,8 +316,8 @@ out_bytes() {  # what $OUT holds, in bytes
     du -cb "$OUT"/ 2>/dev/null | tail -1 | cut -f1
 }
 
-room() {  # BYTES: one more file of BYTES still fits the call (8 files, 62 MB with the listing)
-    [ "$(ls "$OUT" | wc -l)" -lt 8 ] && [ $(( $(out_bytes) + $1 )) -le 62000000 ]
+within() {  # FILES BYTES: $OUT with FILES more files of BYTES in all still fits a call (8 files, 62 MB with the
+    [ $(( $(ls "$OUT" | wc -l) + $1 )) -le 8 ] && [ $(( $(out_bytes) + $2 )) -le 62000000 ]  # listing)
 }
 
 weights_held() {  # NAME CHECKPOINT: the weights of NAME's CHECKPOINT are off the machine (or came with it; an
@@ -423,14 +423,14 @@ poll)
     done
     if [ $# -gt 0 ]; then  # with RUNs, the finished evaluations ride along while the call has room
         for f in $JOBS/out/eval_*.json; do
-            [ -e "$f" ] && room "$(stat -c %s "$f")" || break
+            [ -e "$f" ] && within 1 "$(stat -c %s "$f")" || break
             cp "$f" "$OUT/"
         done
     fi
     # without RUNs: one run's newer weights ride along, so a machine lost between calls loses only the steps since
     if [ $# -eq 0 ] && [ "${WEIGHTS:-1}" != 0 ] && due=$(weights_due) && [ -n "$due" ]; then  # they last came back
         last=$(pack_weights "$due")
-        if [ "$(ls "$OUT" | wc -l)" -gt 8 ] || [ "$(out_bytes)" -gt 62000000 ]; then
+        if ! within 0 0; then
             rm -f "$OUT/$due.actor.tgz."*  # over what a call brings back: left for a poll that names the run
             echo "the weights of $due do not fit beside the rest: poll SECONDS $due brings them"
         else

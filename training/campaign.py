@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ocsd.cli import UsageError, emit, entry_point, format_table, positive_int
+from ocsd.cli import UsageError, emit, entry_point, fmt, format_table, positive_int
 from ocsd.records import RunWriter, checkpoint_dirs, checkpoint_folders, read_metrics, read_run_info, validate_path
 from training.resumable import resumable_checkpoints
 from training.push_size import DEFAULT_LIMIT_MIB, MIB, change_bytes, pending
@@ -348,7 +348,7 @@ def _within(offers: Sequence[_Offer], budget: int | None) -> set[str]:
 
 
 def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
+    return f"{fmt(n / 1e6, 1)} MB"
 
 
 def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path, *,
@@ -379,13 +379,16 @@ def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path,
     evaluations = collect_evaluations(series, folders)  # a file that is no evaluation stops all before a run moves
     staged = {name: _unpack_run(name, records, parts, runs) for name, (records, parts) in sorted(sent.items())}
     lines, problems = [], []
+    kept = {name: [n for n, _ in resumable_checkpoints(run)] for name, run in staged.items()}
+    held = {name: _held(series / PACKS / f"{name}.tar") for name in staged}
     with tempfile.TemporaryDirectory(dir=runs, prefix=".packs.") as aside:
         offers = {name: offer for name, run in staged.items()
-                  if (offer := _newer_pack(name, run, series, Path(aside), measure=budget is not None))}
+                  if (offer := _newer_pack(name, run, kept[name], held[name], series, Path(aside),
+                                           measure=budget is not None))}
         taken = _within(list(offers.values()), budget)
         left = None if budget is None else budget - sum(offers[name].cost for name in taken)
         for name, run in staged.items():
-            lines.append(_bring_in(name, run, series, offers.get(name), name in taken, left))
+            lines.append(_bring_in(name, run, kept[name], held[name], series, offers.get(name), name in taken, left))
             if (series / name).is_dir():
                 problems += [f"{name}: {problem}" for problem in validate_path(series / name)]
     return lines + evaluations, problems
@@ -396,30 +399,29 @@ def _held(pack_file: Path) -> int | None:
     return read_pack_info(pack_file)["global_step"] if pack_file.exists() else None
 
 
-def _newer_pack(name: str, run: Path, series: Path, aside: Path, *, measure: bool) -> _Offer | None:
-    """The pack of ``run``'s last checkpoint, written into ``aside``, where it is newer than the series' pack of the
-    run (None otherwise); with ``measure``, what replacing the series' pack by it adds to a push."""
-    kept = [n for n, _ in resumable_checkpoints(run)]
-    pack_file = series / PACKS / f"{name}.tar"
-    held = _held(pack_file)
+def _newer_pack(name: str, run: Path, kept: list[int], held: int | None, series: Path, aside: Path, *,
+                measure: bool) -> _Offer | None:
+    """The pack of ``run``'s last checkpoint (``kept``: its resumable checkpoints), written into ``aside``, where it
+    is newer than the series' pack of the run (at step ``held``; None otherwise); with ``measure``, what replacing
+    the series' pack by it adds to a push."""
     if not kept or (held is not None and kept[-1] <= held):
         return None
     new = pack(run, aside / f"{name}.tar")
-    cost = change_bytes(pack_file if held is not None else None, new) if measure else None
+    cost = change_bytes(series / PACKS / f"{name}.tar" if held is not None else None, new) if measure else None
     return _Offer(name, new, kept[-1], held, cost)
 
 
-def _bring_in(name: str, run: Path, series: Path, offer: _Offer | None, fits: bool, left: int | None) -> str:
-    """Copy ``run``'s records into the series, replace its pack by ``offer`` where there is one that ``fits``, roll
-    the records back to the pack's step; returns the run's line (a run whose first pack does not fit stays out)."""
+def _bring_in(name: str, run: Path, kept: list[int], held: int | None, series: Path, offer: _Offer | None,
+              fits: bool, left: int | None) -> str:
+    """Copy ``run``'s records into the series, replace its pack (at step ``held``) by ``offer`` where there is one
+    that ``fits``, roll the records back to the pack's step; returns the run's line (a run whose first pack does not
+    fit stays out)."""
     pack_file = series / PACKS / f"{name}.tar"
     if offer and not fits and offer.held is None:
         return (f"{name}: not brought into the series: its first pack ({_mb(offer.cost)} of a push's diff) does not "
                 f"fit the budget ({_mb(left)} left); the run and its weights stay in {run}")
     shutil.copytree(run, series / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("actor", ".lock"))
-    kept = [n for n, _ in resumable_checkpoints(run)]
     line = f"{name}: records to step {max((r['step'] for r in read_metrics(run)), default=0)} copied"
-    held = _held(pack_file)
     if not kept:
         line += "; no weights came back"
     elif offer is None:

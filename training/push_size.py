@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ocsd.cli import UsageError, emit, entry_point, format_table
+from ocsd.cli import UsageError, emit, entry_point, fmt, format_table
 
 __all__ = ["MIB", "DEFAULT_LIMIT_MIB", "CommitSize", "PushSize", "change_bytes", "commit_bytes", "uncommitted_bytes",
            "pending", "main"]
@@ -160,18 +160,14 @@ def pending(since: str | None = None, repo: str | os.PathLike = ".", *,
     return PushSize(since, commits, uncommitted_bytes(repo), int(limit_mib * MIB))
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f}"
-
-
 def _table(size: PushSize) -> str:
-    rows = [[c.commit, _mb(c.bytes), c.subject[:70]] for c in size.commits]
+    rows = [[c.commit, fmt(c.bytes / 1e6, 1), c.subject[:70]] for c in size.commits]
     if size.uncommitted:
-        rows.append(["(not committed)", _mb(size.uncommitted), "tracked changes and untracked files"])
+        rows.append(["(not committed)", fmt(size.uncommitted / 1e6, 1), "tracked changes and untracked files"])
     head = format_table(["commit", "MB", "subject"], rows, title=f"{len(size.commits)} commits since {size.since}")
     verdict = "within the limit" if size.left >= 0 else "OVER the limit: the push is refused whole"
-    return (f"{head}\ntotal {_mb(size.total)} MB of {_mb(size.limit)} MB ({size.limit / MIB:g} MiB): {verdict}; "
-            f"{_mb(size.left)} MB left")
+    return (f"{head}\ntotal {fmt(size.total / 1e6, 1)} MB of {fmt(size.limit / 1e6, 1)} MB ({size.limit / MIB:g} "
+            f"MiB): {verdict}; {fmt(size.left / 1e6, 1)} MB left")
 
 
 def _main(argv: Sequence[str] | None) -> int:
