@@ -34,9 +34,11 @@ Command::
         [--ckpt-steps N,N] [--donors 5] [--per-category 40] [--donor-text any|differ] [--model PATH] [--device cpu] [--out DIR]
         [--n-boot 1000] [--seed 0] [--json]
 
-Writes ``audit.md``, ``audit.json`` and the design's tail words (``tails_top_words.csv``) to ``--out`` (default
-``DIR/audit_<view name>``); ``python -m figures.panels OUT/audit.json`` draws ``audit.png`` and the design's word
-clouds into that folder.
+Writes ``audit.md``, ``audit.json``, the design's tail words (``tails_top_words.csv``) and every audited step's
+signals on both sides (``audit_steps.csv``: run, checkpoint, trajectory, step, feedback label, then ``baseline_`` and
+``design_`` ablated, full and residual step scores) to ``--out`` (default ``DIR/audit_<view name>``); ``python -m
+figures.panels OUT/audit.json`` draws ``audit.png`` and the design's word clouds into that folder, and ``python -m
+rescoring.audit_pool`` pools the steps of several audits (runs, checkpoints) into one comparison.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ import pandas as pd
 
 from diagnostics import tails
 from diagnostics.bootstrap import paired_delta_auroc
-from diagnostics.load import DiagnosticsError, from_replay
+from diagnostics.load import SIGNALS, DiagnosticsError, from_replay
 from diagnostics.options import show_progress
 from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, check_out, check_weights_flags,
                                check_scorer_tokenizer, checkpoint_rescorers, parse_steps, rescoring_entry_point,
@@ -66,7 +68,16 @@ from ocsd.replay.render import RenderedStep
 from ocsd.replay.stored import stored_records
 from ocsd.replay.views import ABLATED_OBSERVATION, BLANK, ReplayView, get_view, load_view
 
-__all__ = ["Design", "audit", "main", "structural_match"]
+__all__ = ["STEPS_FILE", "STEP_COLUMNS", "SIDES", "Design", "audit", "main", "step_scores", "structural_match"]
+
+SIDES = ("baseline", "design")
+"""The two sides of an audit: the baseline pair of views and the design under audit."""
+
+STEP_COLUMNS = ("run", "global_step", "traj_uid", "step_idx", "feedback_label",
+                *(f"{side}_{signal}" for side in SIDES for signal in SIGNALS))
+"""The columns of ``audit_steps.csv``, one row per audited step."""
+
+STEPS_FILE = "audit_steps.csv"
 
 @dataclass(frozen=True)
 class Design:
@@ -181,10 +192,31 @@ def _diag_data(steps: pd.DataFrame, tokens: pd.DataFrame, env: str, pair: str, t
     return from_replay(steps, tok, [{"env": env}], total_steps=total_steps)
 
 
+def step_scores(data: dict, run: str) -> pd.DataFrame:
+    """Every audited step's signals on both sides, one row per step (the columns :data:`STEP_COLUMNS`).
+
+    Parameters
+    ----------
+    data : dict
+        ``{"baseline", "design"}`` -> :class:`diagnostics.load.DiagData` of the same steps.
+    run : str
+        The run's label, written in every row.
+    """
+    keys = ["global_step", "traj_uid", "step_idx", "feedback_label"]
+    base, design = (data[side].steps.reset_index(drop=True) for side in SIDES)
+    if not base[keys].equals(design[keys]):
+        raise AssertionError("baseline and design steps differ")  # both come from the same step table
+    columns = {f"{side}_{signal}": frame[f"S_{signal}"].to_numpy()
+               for side, frame in zip(SIDES, (base, design)) for signal in SIGNALS}
+    table = pd.DataFrame({"run": run, **{k: base[k].to_numpy() for k in keys}, **columns})
+    return table[list(STEP_COLUMNS)]
+
+
 def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | None = None,
           baseline: str = "full", ckpt_steps: Sequence[int] | None = None, donors: int = 5, per_category: int = 40,
           swap: bool = True, same_text: bool = True, model: str | None = None, device: str | None = None,
-          dtype: str | None = None, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, top: int = 30, progress: bool = True) -> tuple[dict, dict]:
+          dtype: str | None = None, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, top: int = 30,
+          progress: bool = True) -> tuple[dict, dict, pd.DataFrame]:
     """Audit ``view`` against ``baseline`` on the selected steps of ``run`` (module docstring).
 
     Parameters
@@ -200,6 +232,8 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
         :func:`diagnostics.report.diagnose`'s output.
     rates : dict
         ``{"baseline", "design"}`` -> tail-rate tables (for the word clouds).
+    steps : pandas.DataFrame
+        Every audited step's signals on both sides (:func:`step_scores`).
     """
     base, design = Design.of(baseline), Design.of(view, twin)
     check_scorer_tokenizer(run, model)
@@ -247,7 +281,7 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
                                     "drop": swap_drop(frame, n_boot=n_boot, ci=ci, seed=seed),
                                     "n_steps": int(len(frame)), "shows_observation": shows[side]}
     result["points"] = audit_points(result)
-    return result, rates
+    return result, rates, step_scores(data, result["run"])
 
 
 def _swap_frame(ckpt: Checkpoint, plan, rescorer: Rescorer, pair: Design, *, progress: bool
@@ -368,13 +402,16 @@ def _markdown(result: dict) -> str:
 
 
 def build_audit(run, view, out_dir, **kwargs) -> dict:
-    """Run :func:`audit` and write ``audit.md``, ``audit.json`` and the design's tail words (CSV).
+    """Run :func:`audit` and write ``audit.md``, ``audit.json``, the design's tail words (CSV) and the audited steps'
+    signals (``audit_steps.csv``).
 
     ``python -m figures.panels OUT/audit.json`` draws ``audit.png`` and the design's word clouds."""
-    result, rates = audit(run, view, **kwargs)
+    result, rates, steps = audit(run, view, **kwargs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    result["files"] = {"csv": str(tails.write_csv(rates["design"], out_dir, top=kwargs.get("top", 30)))}
+    steps.to_csv(out_dir / STEPS_FILE, index=False)
+    result["files"] = {"csv": str(tails.write_csv(rates["design"], out_dir, top=kwargs.get("top", 30))),
+                       "steps": str(out_dir / STEPS_FILE)}
     (out_dir / "audit.md").write_text(_markdown(result))
     result["files"]["report"] = str(out_dir / "audit.md")
     write_json(out_dir / "audit.json", result)

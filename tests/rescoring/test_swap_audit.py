@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.metrics import roc_auc_score
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -241,6 +242,9 @@ def test_audit_of_a_copy_of_full_reproduces_full(frozen_run, tmp_path):
     assert drawn[0] == str(tmp_path / "audit.png") and all(Path(p).stat().st_size > 0 for p in drawn)
     assert [Path(p).name for p in drawn[1:]] == [cloud_file(t) for t in result["design"]["tails"]["clouds"]]
     assert json.loads((tmp_path / "audit.json").read_text())["view"] == "full_copy"
+    steps = pd.read_csv(tmp_path / "audit_steps.csv")
+    for signal in ("ablated", "full", "residual"):
+        assert steps[f"design_{signal}"].equals(steps[f"baseline_{signal}"])
 
 
 def test_audit_of_the_scaffold_view_reports_what_differs(frozen_run, tmp_path, capsys):
@@ -265,6 +269,23 @@ def test_audit_one_observation_view_pairs_with_its_twin(frozen_run, tmp_path):
     assert result["twin"] == "one_obs_ablated"
     assert result["structure"]["matched"] == result["structure"]["checked"] > 0
     assert "swap" not in result
+    # every audited step's signals on both sides, and the AUROCs the report gives, recomputed from them
+    steps = pd.read_csv(tmp_path / "audit_steps.csv")
+    assert list(steps.columns) == list(audit_mod.STEP_COLUMNS) and result["files"]["steps"].endswith("audit_steps.csv")
+    assert len(steps) == result["n_steps"] and set(steps["global_step"]) == {2}
+    lab = steps[steps["feedback_label"].isin(["valid", "invalid"])]
+    y = lab["feedback_label"].eq("valid").to_numpy()
+    assert len(lab) == result["design"]["auroc"]["n_steps"] and 0 < y.sum() < len(y)
+    for side in audit_mod.SIDES:
+        for signal in ("ablated", "full", "residual"):
+            assert roc_auc_score(y, lab[f"{side}_{signal}"]) == pytest.approx(
+                result[side]["auroc"]["signals"][signal]["auroc"], abs=1e-12)
+    assert roc_auc_score(y, lab["design_residual"]) - roc_auc_score(y, lab["baseline_residual"]) == pytest.approx(
+        result["residual_gain"]["delta"], abs=1e-12)
+    # the residual is the view's minus the twin's score: support minus ablated, side by side
+    for side in audit_mod.SIDES:
+        np.testing.assert_allclose(steps[f"{side}_residual"], steps[f"{side}_full"] - steps[f"{side}_ablated"],
+                                   atol=1e-6)
 
 
 def test_audit_model_flag_replaces_the_checkpoints_weights(frozen_run, tmp_path):
