@@ -216,11 +216,12 @@ def add_labelled_inputs(parser: argparse.ArgumentParser, command: str, default_n
     parser.add_argument("--label", action="append", default=[], help="title of each input, in the same order")
 
 
-def add_output_options(parser: argparse.ArgumentParser, *, images: bool = True) -> None:
-    """Add ``--out DIR`` (a folder, not a file) and, with ``images``, ``--dpi N`` (>= 1) and ``--pdf``; bad values
-    are refused while parsing, before any work."""
-    parser.add_argument("--out", type=output_folder, default="figures_out", metavar="DIR",
-                        help="output folder (default figures_out)")
+def add_output_options(parser: argparse.ArgumentParser, *, images: bool = True,
+                       default: tuple[str | None, str] = ("figures_out", "figures_out")) -> None:
+    """Add ``--out DIR`` (a folder, not a file; ``default`` is its value and how the help names it) and, with
+    ``images``, ``--dpi N`` (>= 1) and ``--pdf``; bad values are refused while parsing, before any work."""
+    parser.add_argument("--out", type=output_folder, default=default[0], metavar="DIR",
+                        help=f"output folder (default {default[1]})")
     if images:
         parser.add_argument("--dpi", type=positive_int("--dpi"), default=150, help="PNG resolution (default 150)")
         parser.add_argument("--pdf", action="store_true", help="also write a PDF next to each PNG")

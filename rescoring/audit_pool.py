@@ -1,0 +1,260 @@
+"""Audits of one replay-view design pooled over runs and checkpoints: ``python -m rescoring.audit_pool AUDIT_DIR...``.
+
+``python -m rescoring.audit`` re-scores one run's selected steps; at one checkpoint of a policy that rarely errs it
+has 15-25 invalid steps, and its intervals span 0.3 of AUROC. This command reads the ``audit.json`` and
+``audit_steps.csv`` of several audits of the same design against the same baseline (each ``AUDIT_DIR`` an ``--out``
+folder of ``rescoring.audit``), checks that they compare the same views and share no checkpoint, and computes on
+all their labelled steps together (valid against invalid, ambiguous excluded):
+
+* each side's feedback AUROC of the three signals (ablated, full = support, residual);
+* the design minus the baseline, paired on the same steps, for the residual and for the support;
+* each side's residual gain over its own support (AUROC(residual) - AUROC(full), paired).
+
+under two settings, as :mod:`diagnostics.robustness` defines them: ``raw`` (the step scores as they are, pooled) and
+``standard`` (each signal z-scored within its checkpoint first, so that one checkpoint's shift of scale cannot rank
+its steps above another's). Intervals are percentile intervals of trajectory-cluster resamples (a trajectory is a
+run's checkpoint and ``traj_uid``, so audits never share a cluster); the signals of one comparison are evaluated on
+the same resamples. It re-scores nothing. Each audit's own numbers are kept beside the pooled ones (``audits``).
+
+Writes ``audit_pool.json``, ``audit_pool.md`` and every audit's steps together (``audit_steps.csv``) into ``--out``;
+``python -m figures.audit_pool OUT/audit_pool.json`` draws the audits and the pooled rows as a forest plot.
+
+    python -m rescoring.audit_pool AUDIT1 AUDIT2 ... --out DIR [--n-boot 1000] [--ci 0.95] [--seed 0] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from diagnostics.bootstrap import bootstrap_auroc, paired_delta_auroc
+from diagnostics.load import SIGNALS, DiagnosticsError
+from diagnostics.options import add_bootstrap_options
+from diagnostics.robustness import standardize_within
+from diagnostics.stats import DegenerateInputWarning
+from ocsd.cli import emit, entry_point, fmt, format_table, output_folder, write_json
+from rescoring.audit import SIDES, STEP_COLUMNS, STEPS_FILE
+from rescoring.rescore import check_bootstrap, check_out
+
+__all__ = ["PROTOCOL", "SETTINGS", "main", "pool_audits", "pooled_statistics", "read_audit"]
+
+PROTOCOL = ("view", "twin", "baseline_view", "baseline_twin")
+"""The settings of ``audit.json`` that must agree between pooled audits."""
+
+SETTINGS = ("raw", "standard")
+"""The pooled settings: step scores as they are, and z-scored within each checkpoint."""
+
+
+def read_audit(folder: str | Path) -> tuple[dict, pd.DataFrame]:
+    """The ``audit.json`` result and ``audit_steps.csv`` steps of one ``rescoring.audit`` output folder.
+
+    Raises
+    ------
+    DiagnosticsError
+        Naming the folder or file that is missing, unreadable or not an audit's.
+    """
+    folder = Path(folder)
+    result_file, steps_file = folder / "audit.json", folder / STEPS_FILE
+    if not result_file.is_file():
+        raise DiagnosticsError(f"{folder}: no {result_file} (the --out folder of python -m rescoring.audit)")
+    if not steps_file.is_file():
+        raise DiagnosticsError(f"{folder}: no {steps_file}; audits written before rescoring.audit kept its steps "
+                               "cannot be pooled: run the audit again")
+    try:
+        result = json.loads(result_file.read_text())
+        steps = pd.read_csv(steps_file, dtype={"run": str, "traj_uid": str})
+    except (OSError, ValueError) as err:
+        raise DiagnosticsError(f"{folder}: cannot read its audit files ({err})") from None
+    lacking = [k for k in (*PROTOCOL, "run", "checkpoints", "residual_gain", "support_gain") if k not in result]
+    columns = [c for c in STEP_COLUMNS if c not in steps.columns]
+    if lacking or columns:
+        raise DiagnosticsError(f"{folder}: not a rescoring.audit output (missing {lacking + columns})")
+    return result, steps[list(STEP_COLUMNS)]
+
+
+def _interval(res, key: str = "auroc") -> dict:
+    """``{key, "ci_low", "ci_high"}`` of a :class:`diagnostics.bootstrap.BootstrapResult`."""
+    return {key: res.estimate, "ci_low": res.ci_low, "ci_high": res.ci_high}
+
+
+def _side_scores(lab: pd.DataFrame, side: str, setting: str) -> np.ndarray:
+    """The (n, 3) ablated, full and residual scores of one side, z-scored within each checkpoint for ``standard``."""
+    scores = np.column_stack([lab[f"{side}_{signal}"].to_numpy(np.float64) for signal in SIGNALS])
+    return standardize_within(scores, lab["checkpoint"].to_numpy()) if setting == "standard" else scores
+
+
+def pooled_statistics(steps: pd.DataFrame, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> dict:
+    """The pooled comparison of ``steps`` (rows of ``audit_steps.csv`` of one or more audits; module docstring).
+
+    Returns
+    -------
+    dict
+        ``{"n_steps", "n_valid", "n_invalid", "n_trajectories", "n_checkpoints", "raw": ..., "standard": ...}``;
+        each setting is ``{"baseline"|"design": {signal: {auroc, ci_low, ci_high}}, "residual_gain"|"support_gain":
+        {delta, ci_low, ci_high} (design - baseline), "gain_over_support": {"baseline"|"design": {delta, ci_low,
+        ci_high}}}``. AUROCs are nan when a class is missing.
+    """
+    lab = steps[steps["feedback_label"].isin(["valid", "invalid"])].copy()
+    lab["checkpoint"] = lab["run"].astype(str) + "/global_step_" + lab["global_step"].astype(str)
+    y = lab["feedback_label"].eq("valid").to_numpy()
+    clusters = pd.factorize(lab["checkpoint"] + "|" + lab["traj_uid"].astype(str))[0]
+    out = {"n_steps": int(len(lab)), "n_valid": int(y.sum()), "n_invalid": int((~y).sum()),
+           "n_trajectories": int(clusters.max() + 1) if len(clusters) else 0,
+           "n_checkpoints": int(lab["checkpoint"].nunique())}
+    if out["n_valid"] == 0 or out["n_invalid"] == 0:
+        raise DiagnosticsError(f"the pooled audits have {out['n_valid']} valid and {out['n_invalid']} invalid "
+                               "labelled steps: an AUROC needs both")
+    kw = {"n_boot": n_boot, "ci": ci, "seed": seed}
+    full, residual = SIGNALS.index("full"), SIGNALS.index("residual")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateInputWarning)
+        for setting in SETTINGS:
+            scores = {side: _side_scores(lab, side, setting) for side in SIDES}
+            entry = {side: dict(zip(SIGNALS, (_interval(r) for r in bootstrap_auroc(y, scores[side], clusters, **kw))))
+                     for side in SIDES}
+            for name, column in (("residual_gain", residual), ("support_gain", full)):
+                res = paired_delta_auroc(y, scores["design"][:, column], scores["baseline"][:, column], clusters, **kw)
+                entry[name] = _interval(res, "delta")
+            entry["gain_over_support"] = {side: _interval(paired_delta_auroc(
+                y, scores[side][:, residual], scores[side][:, full], clusters, **kw), "delta") for side in SIDES}
+            out[setting] = entry
+    return out
+
+
+def _audit_row(result: dict, folder: Path) -> dict:
+    """What one audit measured on its own, as the pooled result lists it."""
+    signals = {side: result[side]["auroc"]["signals"] for side in SIDES}
+    counts = result["baseline"]["auroc"]
+    return {"folder": str(folder), "run": result["run"], "checkpoints": result["checkpoints"],
+            "n_steps": counts["n_steps"], "n_valid": counts["n_valid"], "n_invalid": counts["n_invalid"],
+            "dtype": result.get("dtype"), "device": result.get("device"),
+            **{side: {s: signals[side][s] for s in ("full", "residual")} for side in SIDES},
+            "residual_gain": result["residual_gain"], "support_gain": result["support_gain"]}
+
+
+def pool_audits(folders: Sequence[str | Path], *, n_boot: int = 1000, ci: float = 0.95,
+                seed: int = 0) -> tuple[dict, pd.DataFrame]:
+    """The pooled result and the steps of the audits in ``folders`` (at least two, of one design and baseline).
+
+    Raises
+    ------
+    DiagnosticsError
+        With fewer than two audits, when they compare different views (naming the setting) or when two of them
+        share a checkpoint (its steps would count twice).
+    """
+    if len(folders) < 2:
+        raise DiagnosticsError(f"pooling needs at least two audits, got {len(folders)}")
+    audits = [(Path(f), *read_audit(f)) for f in folders]
+    first_folder, first, _ = audits[0]
+    for folder, result, _ in audits[1:]:
+        for key in PROTOCOL:
+            if result[key] != first[key]:
+                raise DiagnosticsError(f"{folder} audits {key} {result[key]!r}, {first_folder} {first[key]!r}: "
+                                       "only audits of one design against one baseline pool")
+    seen: dict[tuple[str, int], Path] = {}
+    for folder, _, steps in audits:
+        for key in steps[["run", "global_step"]].drop_duplicates().itertuples(index=False, name=None):
+            key = (str(key[0]), int(key[1]))
+            if key in seen:
+                raise DiagnosticsError(f"{key[0]}'s checkpoint {key[1]} is in {seen[key]} and {folder}: its steps "
+                                       "would count twice")
+            seen[key] = folder
+    steps = pd.concat([s for _, _, s in audits], ignore_index=True)
+    result = {**{k: first[k] for k in PROTOCOL}, "n_audits": len(audits),
+              "runs": sorted({r["run"] for _, r, _ in audits}),
+              "checkpoints": [f"{run}/global_step_{step}" for run, step in seen],
+              "dtypes": sorted({str(r.get("dtype")) for _, r, _ in audits}),
+              **pooled_statistics(steps, n_boot=n_boot, ci=ci, seed=seed), "n_boot": n_boot, "ci": ci, "seed": seed,
+              "audits": [_audit_row(r, f) for f, r, _ in audits]}
+    return result, steps
+
+
+def _span(entry: dict, key: str = "delta") -> str:
+    return f"{fmt(entry[key])} [{fmt(entry['ci_low'])}, {fmt(entry['ci_high'])}]"
+
+
+def markdown(result: dict) -> str:
+    """``audit_pool.md``: the pooled comparison and each audit's own numbers."""
+    pct = f"{result['ci']:.0%}"
+    design = f"`{result['view']}` (twin `{result['twin']}`)"
+    base = f"`{result['baseline_view']}` (twin `{result['baseline_twin']}`)"
+    lines = [f"# {design} against {base}, {result['n_audits']} audits pooled", "",
+             f"{result['n_steps']} labelled steps ({result['n_valid']} valid, {result['n_invalid']} invalid) of "
+             f"{result['n_trajectories']} trajectories at {result['n_checkpoints']} checkpoints "
+             f"({', '.join(result['checkpoints'])}); {result['n_boot']} trajectory-cluster resamples, {pct} "
+             "percentile intervals. `raw`: step scores as they are; `standard`: each signal z-scored within its "
+             "checkpoint.", "",
+             f"| setting | side | ablated | support (full) | residual | residual - support |",
+             "|---|---|---|---|---|---|"]
+    for setting in SETTINGS:
+        entry = result[setting]
+        for side in SIDES:
+            lines.append(f"| {setting} | {side} | " + " | ".join(_span(entry[side][s], "auroc") for s in SIGNALS)
+                         + f" | {_span(entry['gain_over_support'][side])} |")
+    lines += ["", "| setting | residual, design - baseline | support, design - baseline |", "|---|---|---|",
+              *[f"| {s} | {_span(result[s]['residual_gain'])} | {_span(result[s]['support_gain'])} |"
+                for s in SETTINGS], "",
+              "## Each audit", "",
+              "| audit | labelled (invalid) | residual, baseline | residual, design | design - baseline | "
+              "support, design - baseline |", "|---|---|---|---|---|---|",
+              *[f"| {a['run']} {a['checkpoints']} | {a['n_steps']} ({a['n_invalid']}) | "
+                f"{_span(a['baseline']['residual'], 'auroc')} | {_span(a['design']['residual'], 'auroc')} | "
+                f"{_span(a['residual_gain'])} | {_span(a['support_gain'])} |" for a in result["audits"]], "",
+              "The forest plot is drawn by `python -m figures.audit_pool audit_pool.json`.", "",
+              "![pooled audits](audit_pool.png)", ""]
+    return "\n".join(lines)
+
+
+def table(result: dict) -> str:
+    """The pooled comparison as plain text."""
+    rows = [[setting, what, fmt(e["delta"]), fmt(e["ci_low"]), fmt(e["ci_high"])]
+            for setting in SETTINGS for what, e in (("residual", result[setting]["residual_gain"]),
+                                                    ("support", result[setting]["support_gain"]))]
+    pct = f"{result['ci']:.0%}"
+    return format_table(["setting", "signal", "design - baseline", f"{pct} low", f"{pct} high"], rows,
+                        title=f"{result['view']} (twin {result['twin']}) against {result['baseline_view']}: "
+                              f"{result['n_audits']} audits, {result['n_steps']} labelled steps "
+                              f"({result['n_invalid']} invalid) at {result['n_checkpoints']} checkpoints")
+
+
+def write_outputs(result: dict, steps: pd.DataFrame, out: str | Path) -> dict[str, str]:
+    """Write ``audit_pool.json``, ``audit_pool.md`` and ``audit_steps.csv`` into ``out``; returns their paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"json": str(out / "audit_pool.json"), "report": str(out / "audit_pool.md"),
+             "steps": str(out / STEPS_FILE)}
+    steps.to_csv(files["steps"], index=False)
+    (out / "audit_pool.md").write_text(markdown(result))
+    write_json(files["json"], {**result, "files": files})
+    return files
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rescoring.audit_pool", description=__doc__.split("\n\n")[0])
+    p.add_argument("audits", nargs="+", metavar="AUDIT_DIR", help="a rescoring.audit --out folder (two or more)")
+    p.add_argument("--out", type=output_folder, required=True, help="output folder of audit_pool.json")
+    add_bootstrap_options(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
+    args = p.parse_args(argv)
+    check_bootstrap(args)
+    out = check_out(args.out)
+    result, steps = pool_audits(args.audits, n_boot=args.n_boot, ci=args.ci, seed=args.seed)
+    files = write_outputs(result, steps, out)
+    emit(args.json, {**result, "files": files},
+         table(result) + f"\n\nwrote {files['report']}, {files['json']} and {files['steps']}\n"
+                         f"picture: python -m figures.audit_pool {files['json']}")
+    return 0
+
+
+main = entry_point(_main, "rescoring.audit_pool")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

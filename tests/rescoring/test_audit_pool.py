@@ -1,0 +1,152 @@
+"""``rescoring.audit_pool``: audits of one design pooled, checked against scikit-learn on the concatenated steps."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import zscore
+from sklearn.metrics import roc_auc_score
+
+from diagnostics.load import DiagnosticsError
+from figures import audit_pool as audit_pool_figure
+from rescoring import audit as audit_mod
+from rescoring import audit_pool
+
+SIGNALS = ("ablated", "full", "residual")
+
+
+def _steps(rng: np.random.Generator, run: str, global_step: int, *, shift: float, n_traj: int = 12) -> pd.DataFrame:
+    """Audited steps of one checkpoint: invalid steps score lower, every score shifted by ``shift``."""
+    n = n_traj * 5
+    label = rng.choice(["valid", "invalid", "ambiguous"], size=n, p=[0.6, 0.3, 0.1])
+    frame = pd.DataFrame({"run": run, "global_step": global_step, "traj_uid": [f"t{i // 5}" for i in range(n)],
+                          "step_idx": [i % 5 for i in range(n)], "feedback_label": label})
+    for side, lift in (("baseline", 0.4), ("design", 0.8)):
+        ablated, full = rng.normal(size=n) + shift, rng.normal(size=n) + shift + lift * (label == "valid")
+        frame[f"{side}_ablated"], frame[f"{side}_full"], frame[f"{side}_residual"] = ablated, full, full - ablated
+    return frame[list(audit_mod.STEP_COLUMNS)]
+
+
+@pytest.fixture
+def steps():
+    rng = np.random.default_rng(np.random.SeedSequence().entropy)  # fresh inputs every run
+    return pd.concat([_steps(rng, "a", 2, shift=0.0), _steps(rng, "a", 4, shift=3.0), _steps(rng, "b", 2, shift=-2.0)],
+                     ignore_index=True)
+
+
+def test_pooled_aurocs_are_those_of_the_concatenated_steps(steps):
+    result = audit_pool.pooled_statistics(steps, n_boot=40, seed=1)
+    lab = steps[steps["feedback_label"] != "ambiguous"]
+    y = lab["feedback_label"].eq("valid").to_numpy()
+    # the same traj_uid at three checkpoints is three trajectories
+    assert result["n_trajectories"] == lab.groupby(["run", "global_step", "traj_uid"]).ngroups == 36
+    assert (result["n_steps"], result["n_invalid"], result["n_checkpoints"]) == (len(lab), int((~y).sum()), 3)
+    key = lab["run"] + lab["global_step"].astype(str)
+    z = {f"{side}_{s}": lab.groupby(key)[f"{side}_{s}"].transform(lambda x: zscore(x, ddof=0))
+         for side in ("baseline", "design") for s in SIGNALS}
+    for setting, table in (("raw", lab), ("standard", z)):
+        entry = result[setting]
+        auroc = {f"{side}_{s}": roc_auc_score(y, table[f"{side}_{s}"]) for side in ("baseline", "design")
+                 for s in SIGNALS}
+        for side in ("baseline", "design"):
+            for s in SIGNALS:
+                assert entry[side][s]["auroc"] == pytest.approx(auroc[f"{side}_{s}"], abs=1e-12)
+                assert entry[side][s]["ci_low"] <= entry[side][s]["ci_high"]
+            assert entry["gain_over_support"][side]["delta"] == pytest.approx(
+                auroc[f"{side}_residual"] - auroc[f"{side}_full"], abs=1e-12)
+        assert entry["residual_gain"]["delta"] == pytest.approx(
+            auroc["design_residual"] - auroc["baseline_residual"], abs=1e-12)
+        assert entry["support_gain"]["delta"] == pytest.approx(auroc["design_full"] - auroc["baseline_full"], abs=1e-12)
+
+
+def test_standardizing_within_checkpoints_removes_their_shifts():
+    """Each checkpoint ranks its own steps perfectly; pooled raw, the checkpoints' shifts interleave them."""
+    rows = []
+    for step, shift in ((2, 0.0), (4, 10.0)):
+        for i, label in enumerate(["valid", "invalid"] * 6):
+            score = shift + (1.0 if label == "valid" else 0.0) + 0.01 * i
+            rows.append({"run": "a", "global_step": step, "traj_uid": f"t{i}", "step_idx": 0, "feedback_label": label,
+                         **{f"{side}_{s}": score for side in ("baseline", "design") for s in SIGNALS}})
+    result = audit_pool.pooled_statistics(pd.DataFrame(rows), n_boot=20)
+    assert result["standard"]["design"]["residual"]["auroc"] == 1.0
+    assert result["raw"]["design"]["residual"]["auroc"] == pytest.approx(108 / 144)  # 36 of 144 pairs misordered
+
+
+def test_one_class_only_is_refused(steps):
+    with pytest.raises(DiagnosticsError, match="0 invalid"):
+        audit_pool.pooled_statistics(steps[steps["feedback_label"] == "valid"], n_boot=10)
+
+
+# ----------------------------------------------------------------------------------------------
+# the command, on two audits of the tiny model's run
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def audits(frozen_run, tmp_path_factory):
+    root = tmp_path_factory.mktemp("audits")
+    for step in (1, 2):
+        audit_mod.build_audit(frozen_run, "one_obs", root / f"step{step}", ckpt_steps=[step], swap=False, n_boot=30,
+                              progress=False)
+    return [root / "step1", root / "step2"]
+
+
+def test_the_command_pools_two_audits_and_the_figure_draws_them(audits, tmp_path, capsys):
+    out = tmp_path / "pool"
+    assert audit_pool.main([*map(str, audits), "--out", str(out), "--n-boot", "40"]) == 0
+    assert "2 audits" in capsys.readouterr().out
+    result = json.loads((out / "audit_pool.json").read_text())
+    steps = pd.read_csv(out / "audit_steps.csv")
+    assert len(steps) == sum(len(pd.read_csv(a / "audit_steps.csv")) for a in audits)
+    lab = steps[steps["feedback_label"] != "ambiguous"]
+    y = lab["feedback_label"].eq("valid").to_numpy()
+    assert result["raw"]["residual_gain"]["delta"] == pytest.approx(
+        roc_auc_score(y, lab["design_residual"]) - roc_auc_score(y, lab["baseline_residual"]), abs=1e-12)
+    for row, folder in zip(result["audits"], audits):
+        own = json.loads((folder / "audit.json").read_text())
+        assert row["residual_gain"] == own["residual_gain"] and row["checkpoints"] == own["checkpoints"]
+    assert (result["view"], result["twin"], result["n_checkpoints"]) == ("one_obs", "one_obs_ablated", 2)
+    assert "![pooled audits](audit_pool.png)" in (out / "audit_pool.md").read_text()
+    drawn = audit_pool_figure.build(out / "audit_pool.json")
+    assert [p.name for p in drawn] == ["audit_pool.png", "audit_pool_fig.json"] and drawn[0].parent == out
+    values = json.loads((out / "audit_pool_fig.json").read_text())
+    assert [r["value"] for r in values["residual"]][-2:] == [result["raw"]["residual_gain"]["delta"],
+                                                             result["standard"]["residual_gain"]["delta"]]
+
+
+def test_one_audit_or_a_checkpoint_twice_is_refused(audits):
+    with pytest.raises(DiagnosticsError, match="at least two"):
+        audit_pool.pool_audits(audits[:1])
+    with pytest.raises(DiagnosticsError, match="count twice"):
+        audit_pool.pool_audits([audits[0], audits[0]])
+
+
+def test_audits_of_other_views_are_refused_by_name(audits, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(audits[1], other)
+    result = json.loads((other / "audit.json").read_text())
+    (other / "audit.json").write_text(json.dumps({**result, "twin": "ablated"}))
+    with pytest.raises(DiagnosticsError, match="audits twin 'ablated'"):
+        audit_pool.pool_audits([audits[0], other])
+
+
+def test_an_audit_without_its_steps_exits_2_naming_the_file(audits, tmp_path, capsys):
+    old = tmp_path / "old"
+    shutil.copytree(audits[1], old)
+    (old / "audit_steps.csv").unlink()
+    assert audit_pool.main([str(audits[0]), str(old), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "audit_steps.csv" in err and "run the audit again" in err
+    assert not (tmp_path / "o" / "audit_pool.json").exists()
+
+
+def test_the_figure_refuses_another_json_naming_it(tmp_path, capsys):
+    (tmp_path / "swap.json").write_text(json.dumps({"realized": {}, "swapped": {}}))
+    assert audit_pool_figure.main([str(tmp_path / "swap.json")]) == 2
+    err = capsys.readouterr().err
+    assert "swap.json" in err and "rescoring.audit_pool" in err
+    assert not list(tmp_path.glob("*.png"))
