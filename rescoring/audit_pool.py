@@ -24,7 +24,6 @@ Writes ``audit_pool.json``, ``audit_pool.md`` and every audit's steps together (
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import warnings
@@ -36,12 +35,11 @@ import pandas as pd
 
 from diagnostics.bootstrap import bootstrap_auroc, paired_delta_auroc
 from diagnostics.load import SIGNALS, DiagnosticsError
-from diagnostics.options import add_bootstrap_options
 from diagnostics.robustness import standardize_within
 from diagnostics.stats import DegenerateInputWarning
-from ocsd.cli import emit, entry_point, fmt, format_table, output_folder, write_json
+from ocsd.cli import emit, entry_point, fmt, format_table, write_json
 from rescoring.audit import SIDES, STEP_COLUMNS, STEPS_FILE
-from rescoring.rescore import check_bootstrap, check_out
+from rescoring.rescore import pool_arguments
 
 __all__ = ["PROTOCOL", "SETTINGS", "main", "pool_audits", "pooled_statistics", "read_audit"]
 
@@ -237,15 +235,9 @@ def write_outputs(result: dict, steps: pd.DataFrame, out: str | Path) -> dict[st
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rescoring.audit_pool", description=__doc__.split("\n\n")[0])
-    p.add_argument("audits", nargs="+", metavar="AUDIT_DIR", help="a rescoring.audit --out folder (two or more)")
-    p.add_argument("--out", type=output_folder, required=True, help="output folder of audit_pool.json")
-    add_bootstrap_options(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
-    args = p.parse_args(argv)
-    check_bootstrap(args)
-    out = check_out(args.out)
-    result, steps = pool_audits(args.audits, n_boot=args.n_boot, ci=args.ci, seed=args.seed)
+    args, out = pool_arguments(argv, "python -m rescoring.audit_pool", __doc__.split("\n\n")[0], metavar="AUDIT_DIR",
+                               command="rescoring.audit", result="audit_pool.json")
+    result, steps = pool_audits(args.inputs, n_boot=args.n_boot, ci=args.ci, seed=args.seed)
     files = write_outputs(result, steps, out)
     emit(args.json, {**result, "files": files},
          table(result) + f"\n\nwrote {files['report']}, {files['json']} and {files['steps']}\n"

@@ -27,12 +27,14 @@ import numpy as np
 import pandas as pd
 
 from diagnostics.load import DiagnosticsError
+from diagnostics.options import add_bootstrap_options
 from ocsd.records import RecordError, checkpoint_dirs, read_checkpoint, read_run_info
 from ocsd.replay.render import RenderedStep, render_steps
 from ocsd.replay.views import ReplayView, StepRecord
 
 __all__ = ["Checkpoint", "Rescorer", "checkpoint_weights", "model_weights", "parse_steps", "check_bootstrap",
-           "check_out", "check_scorer_tokenizer", "check_weights_flags", "rescoring_entry_point", "rescoring_parser",
+           "check_out", "check_scorer_tokenizer", "check_weights_flags", "pool_arguments", "rescoring_entry_point",
+           "rescoring_parser",
            "run_checkpoints", "run_label", "run_tokenizer_model", "scoring_device", "stored_residual_gap",
            "swapped_record"]
 
@@ -447,6 +449,23 @@ def check_out(out: str | Path, flag: str = "--out") -> Path:
     if problem:
         raise DiagnosticsError(f"{flag}: {problem}")
     return Path(out)
+
+
+def pool_arguments(argv: Sequence[str] | None, prog: str, description: str, *, metavar: str, command: str,
+                   result: str) -> tuple[argparse.Namespace, Path]:
+    """The parsed command line of a command that pools the ``--out`` folders of ``command`` (``rescoring.swap_pool``,
+    ``rescoring.audit_pool``): the folders (``args.inputs``), ``--out`` (checked and returned), the bootstrap options
+    (checked) and ``--json``."""
+    from ocsd.cli import output_folder
+
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("inputs", nargs="+", metavar=metavar, help=f"a {command} --out folder (two or more)")
+    p.add_argument("--out", type=output_folder, required=True, help=f"output folder of the pooled {result}")
+    add_bootstrap_options(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
+    args = p.parse_args(argv)
+    check_bootstrap(args)
+    return args, check_out(args.out)
 
 
 def check_bootstrap(args: argparse.Namespace) -> None:

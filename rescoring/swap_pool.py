@@ -15,7 +15,6 @@ the pooled bars.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -24,9 +23,8 @@ from pathlib import Path
 import pandas as pd
 
 from diagnostics.load import DiagnosticsError
-from diagnostics.options import add_bootstrap_options
-from ocsd.cli import emit, entry_point, output_folder
-from rescoring.rescore import check_bootstrap, check_out
+from ocsd.cli import emit, entry_point
+from rescoring.rescore import pool_arguments
 from rescoring.swap import orientation_class, pooled_statistics, table, write_outputs
 
 __all__ = ["PROTOCOL", "main", "pool_swaps", "read_swap"]
@@ -103,15 +101,9 @@ def pool_swaps(analyses: Sequence[tuple[dict, pd.DataFrame]], *, n_boot: int = 1
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rescoring.swap_pool", description=__doc__.split("\n\n")[0])
-    p.add_argument("swaps", nargs="+", metavar="SWAP_DIR", help="a rescoring.swap --out folder (two or more)")
-    p.add_argument("--out", type=output_folder, required=True, help="output folder of the pooled swap.json")
-    add_bootstrap_options(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
-    args = p.parse_args(argv)
-    check_bootstrap(args)
-    out = check_out(args.out)
-    result, steps = pool_swaps([read_swap(f) for f in args.swaps], n_boot=args.n_boot, ci=args.ci, seed=args.seed)
+    args, out = pool_arguments(argv, "python -m rescoring.swap_pool", __doc__.split("\n\n")[0], metavar="SWAP_DIR",
+                               command="rescoring.swap", result="swap.json")
+    result, steps = pool_swaps([read_swap(f) for f in args.inputs], n_boot=args.n_boot, ci=args.ci, seed=args.seed)
     files = write_outputs(result, steps, out)
     emit(args.json, result, table(result) + f"\n\nwrote {files['json']} and {files['steps']}")
     return 0
