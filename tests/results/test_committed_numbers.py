@@ -147,3 +147,16 @@ def test_the_pooled_swaps_are_recomputed(path):
     for part in ("realized", "swapped", "drop"):
         _same(fresh[part], stored[part], part)
     assert (fresh["n_progress"], fresh["n_invalid"]) == (stored["n_progress"], stored["n_invalid"])
+
+
+@pytest.mark.parametrize("path", sorted((RESULTS / "paper_scale").glob("*/audit_*pooled*/audit_pool.json")),
+                         ids=lambda p: f"{p.parents[1].name}/{p.parent.name}")
+def test_the_pooled_audits_are_recomputed(path):
+    """A pooled audit (``rescoring.audit_pool``) is what pooling the committed audits it names gives today."""
+    from rescoring.audit_pool import pool_audits
+
+    stored = _read(path)
+    folders = [RESULTS.parent / audit["folder"] for audit in stored["audits"]]
+    fresh, _ = pool_audits(folders, n_boot=stored["n_boot"], ci=stored["ci"], seed=stored["seed"])
+    for part in ("raw", "standard", "n_steps", "n_invalid", "n_trajectories", "checkpoints"):
+        _same(fresh[part], stored[part], part)
