@@ -97,7 +97,12 @@ def pooled_statistics(steps: pd.DataFrame, *, n_boot: int = 1000, ci: float = 0.
         ``{"n_steps", "n_valid", "n_invalid", "n_trajectories", "n_checkpoints", "raw": ..., "standard": ...}``;
         each setting is ``{"baseline"|"design": {signal: {auroc, ci_low, ci_high}}, "residual_gain"|"support_gain":
         {delta, ci_low, ci_high} (design - baseline), "gain_over_support": {"baseline"|"design": {delta, ci_low,
-        ci_high}}}``. AUROCs are nan when a class is missing.
+        ci_high}}}``. ``standard`` z-scores each signal over its checkpoint's labelled steps.
+
+    Raises
+    ------
+    DiagnosticsError
+        When the labelled steps lack valid or invalid ones (an AUROC needs both).
     """
     lab = steps[steps["feedback_label"].isin(["valid", "invalid"])].copy()
     lab["checkpoint"] = lab["run"].astype(str) + "/global_step_" + lab["global_step"].astype(str)
