@@ -54,7 +54,8 @@ def draw(result: Mapping):
     """The figure of ``result`` (module docstring); returns ``(figure, the values drawn)``."""
     plt = pyplot()
     data = {name: rows(result, key) for key, name in PANELS}
-    n = len(next(iter(data.values())))
+    labels = [row["row"] for row in data[PANELS[0][1]]]  # the same rows in every panel
+    n = len(labels)
     fig, axes = plt.subplots(1, len(PANELS), figsize=(11.0, 1.2 + 0.36 * n), sharey=True)
     for ax, (name, drawn) in zip(axes, data.items()):
         ax.set_gid(name)
@@ -70,7 +71,7 @@ def draw(result: Mapping):
         ax.grid(axis="x", alpha=0.3, lw=0.5)
         ax.tick_params(axis="x", labelsize=8)
     axes[0].set_yticks([-y for y in range(n)])
-    axes[0].set_yticklabels([row["row"] for row in next(iter(data.values()))], fontsize=7.5)
+    axes[0].set_yticklabels(labels, fontsize=7.5)
     axes[0].tick_params(axis="y", length=0)
     axes[0].set_ylim(-n + 0.4, 0.6)
     fig.suptitle(f"{result['view']} (twin {result['twin']}) against {result['baseline_view']} "

@@ -204,7 +204,7 @@ def step_scores(data: dict, run: str) -> pd.DataFrame:
     """
     keys = ["global_step", "traj_uid", "step_idx", "feedback_label"]
     base, design = (data[side].steps.reset_index(drop=True) for side in SIDES)
-    if not base[keys].equals(design[keys]):
+    if not base[[*keys, "ckpt"]].equals(design[[*keys, "ckpt"]]):
         raise AssertionError("baseline and design steps differ")  # both come from the same step table
     columns = {f"{side}_{signal}": frame[f"S_{signal}"].to_numpy()
                for side, frame in zip(SIDES, (base, design)) for signal in SIGNALS}
@@ -264,6 +264,7 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
     total = int(max(c.global_step for c in ckpts))
     data = {side: _diag_data(steps, tokens, env, pair, total) for side, pair in (("baseline", "base"),
                                                                                 ("design", "design"))}
+    table = step_scores(data, run_label(run))  # also asserts that both sides hold the same steps, in one order
     battery, rates, gains = _batteries(data, n_boot=n_boot, ci=ci, seed=seed, top=top)
     result = {"run": run_label(run), "view": design.view.name, "twin": design.twin.name,
               "baseline_view": base.view.name, "baseline_twin": base.twin.name, "checkpoints": [c.global_step for c in ckpts],
@@ -281,7 +282,7 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
                                     "drop": swap_drop(frame, n_boot=n_boot, ci=ci, seed=seed),
                                     "n_steps": int(len(frame)), "shows_observation": shows[side]}
     result["points"] = audit_points(result)
-    return result, rates, step_scores(data, result["run"])
+    return result, rates, table
 
 
 def _swap_frame(ckpt: Checkpoint, plan, rescorer: Rescorer, pair: Design, *, progress: bool
@@ -320,11 +321,9 @@ def _merge_structure(total: dict, part: dict) -> dict:
 
 
 def _paired_gains(base, design, *, n_boot: int, ci: float, seed: int) -> dict:
-    """Design minus baseline AUROC of the residual and of the support, paired on the same labelled steps."""
+    """Design minus baseline AUROC of the residual and of the support, paired on the same labelled steps (the same
+    rows on both sides, as :func:`step_scores` asserts)."""
     lb, ld = base.labelled(), design.labelled()
-    if not lb[["traj_uid", "step_idx", "ckpt"]].reset_index(drop=True).equals(
-            ld[["traj_uid", "step_idx", "ckpt"]].reset_index(drop=True)):
-        raise AssertionError("baseline and design steps differ")  # both come from the same step table
     y, clusters = lb["y"].to_numpy(bool), lb["cluster"].to_numpy()
     out = {}
     for name, column in (("residual_gain", "S_residual"), ("support_gain", "S_full")):

@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from diagnostics.bootstrap import bootstrap_auroc, paired_delta_auroc
+from diagnostics.auroc import signal_aurocs
+from diagnostics.bootstrap import paired_delta_auroc
 from diagnostics.load import SIGNALS, DiagnosticsError
 from diagnostics.robustness import standardize_within
 from diagnostics.stats import DegenerateInputWarning
@@ -77,15 +78,19 @@ def read_audit(folder: str | Path) -> tuple[dict, pd.DataFrame]:
     return result, steps[list(STEP_COLUMNS)]
 
 
-def _interval(res, key: str = "auroc") -> dict:
-    """``{key, "ci_low", "ci_high"}`` of a :class:`diagnostics.bootstrap.BootstrapResult`."""
-    return {key: res.estimate, "ci_low": res.ci_low, "ci_high": res.ci_high}
+def _delta(res) -> dict:
+    """``{"delta", "ci_low", "ci_high"}`` of a paired :class:`diagnostics.bootstrap.BootstrapResult`."""
+    return {"delta": res.estimate, "ci_low": res.ci_low, "ci_high": res.ci_high}
 
 
-def _side_scores(lab: pd.DataFrame, side: str, setting: str) -> np.ndarray:
-    """The (n, 3) ablated, full and residual scores of one side, z-scored within each checkpoint for ``standard``."""
+def _side_scores(lab: pd.DataFrame, side: str, setting: str) -> pd.DataFrame:
+    """One side's ``S_ablated``, ``S_full`` and ``S_residual`` beside ``y`` and ``cluster`` (the columns of
+    :func:`diagnostics.auroc.signal_aurocs`), z-scored within each checkpoint for ``standard``."""
     scores = np.column_stack([lab[f"{side}_{signal}"].to_numpy(np.float64) for signal in SIGNALS])
-    return standardize_within(scores, lab["checkpoint"].to_numpy()) if setting == "standard" else scores
+    if setting == "standard":
+        scores = standardize_within(scores, lab["checkpoint"].to_numpy())
+    return pd.DataFrame({"y": lab["y"].to_numpy(), "cluster": lab["cluster"].to_numpy(),
+                         **{f"S_{signal}": scores[:, i] for i, signal in enumerate(SIGNALS)}})
 
 
 def pooled_statistics(steps: pd.DataFrame, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> dict:
@@ -106,8 +111,9 @@ def pooled_statistics(steps: pd.DataFrame, *, n_boot: int = 1000, ci: float = 0.
     """
     lab = steps[steps["feedback_label"].isin(["valid", "invalid"])].copy()
     lab["checkpoint"] = lab["run"].astype(str) + "/global_step_" + lab["global_step"].astype(str)
-    y = lab["feedback_label"].eq("valid").to_numpy()
-    clusters = pd.factorize(lab["checkpoint"] + "|" + lab["traj_uid"].astype(str))[0]
+    lab["y"] = lab["feedback_label"].eq("valid")
+    lab["cluster"] = pd.factorize(lab["checkpoint"] + "|" + lab["traj_uid"].astype(str))[0]
+    y, clusters = lab["y"].to_numpy(), lab["cluster"].to_numpy()
     out = {"n_steps": int(len(lab)), "n_valid": int(y.sum()), "n_invalid": int((~y).sum()),
            "n_trajectories": int(clusters.max() + 1) if len(clusters) else 0,
            "n_checkpoints": int(lab["checkpoint"].nunique())}
@@ -115,18 +121,16 @@ def pooled_statistics(steps: pd.DataFrame, *, n_boot: int = 1000, ci: float = 0.
         raise DiagnosticsError(f"the pooled audits have {out['n_valid']} valid and {out['n_invalid']} invalid "
                                "labelled steps: an AUROC needs both")
     kw = {"n_boot": n_boot, "ci": ci, "seed": seed}
-    full, residual = SIGNALS.index("full"), SIGNALS.index("residual")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DegenerateInputWarning)
+        warnings.simplefilter("ignore", DegenerateInputWarning)  # resamples without both classes are ignored
         for setting in SETTINGS:
             scores = {side: _side_scores(lab, side, setting) for side in SIDES}
-            entry = {side: dict(zip(SIGNALS, (_interval(r) for r in bootstrap_auroc(y, scores[side], clusters, **kw))))
-                     for side in SIDES}
-            for name, column in (("residual_gain", residual), ("support_gain", full)):
-                res = paired_delta_auroc(y, scores["design"][:, column], scores["baseline"][:, column], clusters, **kw)
-                entry[name] = _interval(res, "delta")
-            entry["gain_over_support"] = {side: _interval(paired_delta_auroc(
-                y, scores[side][:, residual], scores[side][:, full], clusters, **kw), "delta") for side in SIDES}
+            entry = {side: signal_aurocs(scores[side], **kw) for side in SIDES}
+            for name, column in (("residual_gain", "S_residual"), ("support_gain", "S_full")):
+                entry[name] = _delta(paired_delta_auroc(y, scores["design"][column], scores["baseline"][column],
+                                                        clusters, **kw))
+            entry["gain_over_support"] = {side: _delta(paired_delta_auroc(
+                y, scores[side]["S_residual"], scores[side]["S_full"], clusters, **kw)) for side in SIDES}
             out[setting] = entry
     return out
 
@@ -194,7 +198,7 @@ def markdown(result: dict) -> str:
              f"({', '.join(result['checkpoints'])}); {result['n_boot']} trajectory-cluster resamples, {pct} "
              "percentile intervals. `raw`: step scores as they are; `standard`: each signal z-scored within its "
              "checkpoint.", "",
-             f"| setting | side | ablated | support (full) | residual | residual - support |",
+             "| setting | side | ablated | support (full) | residual | residual - support |",
              "|---|---|---|---|---|---|"]
     for setting in SETTINGS:
         entry = result[setting]
@@ -234,7 +238,7 @@ def write_outputs(result: dict, steps: pd.DataFrame, out: str | Path) -> dict[st
     files = {"json": str(out / "audit_pool.json"), "report": str(out / "audit_pool.md"),
              "steps": str(out / STEPS_FILE)}
     steps.to_csv(files["steps"], index=False)
-    (out / "audit_pool.md").write_text(markdown(result))
+    Path(files["report"]).write_text(markdown(result))
     write_json(files["json"], {**result, "files": files})
     return files
 

@@ -34,9 +34,8 @@ from ocsd.replay.views import ReplayView, StepRecord
 
 __all__ = ["Checkpoint", "Rescorer", "checkpoint_weights", "model_weights", "parse_steps", "check_bootstrap",
            "check_out", "check_scorer_tokenizer", "check_weights_flags", "pool_arguments", "rescoring_entry_point",
-           "rescoring_parser",
-           "run_checkpoints", "run_label", "run_tokenizer_model", "scoring_device", "stored_residual_gap",
-           "swapped_record"]
+           "rescoring_parser", "run_checkpoints", "run_label", "run_tokenizer_model", "scoring_device",
+           "stored_residual_gap", "swapped_record"]
 
 PAPER_CHECKPOINTS = (10, 50, 100, 150)
 """Checkpoints of the paper's observation-swapping analysis (appendix "Observation-Swapping Sensitivity
