@@ -66,7 +66,7 @@ def signal_aurocs(lab, *, n_boot: int = 1000, ci: float = 0.95, seed=0) -> dict:
         return {name: {"auroc": float("nan"), "ci_low": float("nan"), "ci_high": float("nan")} for name in SIGNALS}
     scores = np.column_stack([lab[f"S_{name}"].to_numpy() for name in SIGNALS])
     results = bootstrap_auroc(y, scores, lab["cluster"].to_numpy(), n_boot=n_boot, ci=ci, seed=seed)
-    return {name: {"auroc": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high} for name, r in zip(SIGNALS, results)}
+    return {name: r.as_dict("auroc") for name, r in zip(SIGNALS, results)}
 
 
 def table(result: dict, ci: float = 0.95) -> str:

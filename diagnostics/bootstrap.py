@@ -151,8 +151,9 @@ class BootstrapResult:
     n_boot: int
     n_valid_boot: int
 
-    def as_dict(self) -> dict:
-        return {"estimate": self.estimate, "ci_low": self.ci_low, "ci_high": self.ci_high}
+    def as_dict(self, key: str = "estimate") -> dict:
+        """``{key: estimate, "ci_low", "ci_high"}`` (``key`` names the estimate: ``"auroc"``, ``"delta"``...)."""
+        return {key: self.estimate, "ci_low": self.ci_low, "ci_high": self.ci_high}
 
 
 def bootstrap_result(point: float, reps: np.ndarray, ci: float) -> BootstrapResult:

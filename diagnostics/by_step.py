@@ -94,7 +94,7 @@ def by_step(data: DiagData, *, width: int = 1, n_boot: int = 1000, ci: float = 0
         else:
             d = paired_delta_auroc(y, part["S_residual"].to_numpy(), part["S_full"].to_numpy(),
                                    part["cluster"].to_numpy(), n_boot=n_boot, ci=ci, seed=int(s))
-            entry["delta"] = {"delta": d.estimate, "ci_low": d.ci_low, "ci_high": d.ci_high}
+            entry["delta"] = d.as_dict("delta")
         out["windows"].append(entry)
     return out
 

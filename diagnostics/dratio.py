@@ -132,7 +132,7 @@ def dratio(data: DiagData, *, eps: float = 1e-6, n_boot: int = 1000, ci: float =
         if n_words[i] == 0:
             warnings.warn(f"no words of role {name}; its D is nan", DegenerateInputWarning, stacklevel=2)
         r = results[i]
-        cats[name] = {"mean": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high, "n_words": int(n_words[i])}
+        cats[name] = {**r.as_dict("mean"), "n_words": int(n_words[i])}
     source = (lexicon or get_lexicon(data.env)).source
     return {"categories": cats, "eps": eps, "n_boot": int(n_boot), "n_checkpoints": data.n_checkpoints,
             "lexicon_source": source}

@@ -239,7 +239,7 @@ def matched_delta(y, score_a, score_b, ckpt, strata, clusters, *, max_per_class:
 
 
 def _entry(res: BootstrapResult, n: int) -> dict:
-    return {"delta": res.estimate, "ci_low": res.ci_low, "ci_high": res.ci_high, "n_steps": int(n)}
+    return {**res.as_dict("delta"), "n_steps": int(n)}
 
 
 def robustness(data: DiagData, *, n_boot: int = 1000, ci: float = 0.95, seed=0, max_per_class: int = 50,

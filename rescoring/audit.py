@@ -329,7 +329,7 @@ def _paired_gains(base, design, *, n_boot: int, ci: float, seed: int) -> dict:
     for name, column in (("residual_gain", "S_residual"), ("support_gain", "S_full")):
         res = paired_delta_auroc(y, ld[column].to_numpy(), lb[column].to_numpy(), clusters, n_boot=n_boot, ci=ci,
                                  seed=seed)
-        out[name] = {"delta": res.estimate, "ci_low": res.ci_low, "ci_high": res.ci_high}
+        out[name] = res.as_dict("delta")
     return out
 
 

@@ -78,11 +78,6 @@ def read_audit(folder: str | Path) -> tuple[dict, pd.DataFrame]:
     return result, steps[list(STEP_COLUMNS)]
 
 
-def _delta(res) -> dict:
-    """``{"delta", "ci_low", "ci_high"}`` of a paired :class:`diagnostics.bootstrap.BootstrapResult`."""
-    return {"delta": res.estimate, "ci_low": res.ci_low, "ci_high": res.ci_high}
-
-
 def _side_scores(lab: pd.DataFrame, side: str, setting: str) -> pd.DataFrame:
     """One side's ``S_ablated``, ``S_full`` and ``S_residual`` beside ``y`` and ``cluster`` (the columns of
     :func:`diagnostics.auroc.signal_aurocs`), z-scored within each checkpoint for ``standard``."""
@@ -127,10 +122,11 @@ def pooled_statistics(steps: pd.DataFrame, *, n_boot: int = 1000, ci: float = 0.
             scores = {side: _side_scores(lab, side, setting) for side in SIDES}
             entry = {side: signal_aurocs(scores[side], **kw) for side in SIDES}
             for name, column in (("residual_gain", "S_residual"), ("support_gain", "S_full")):
-                entry[name] = _delta(paired_delta_auroc(y, scores["design"][column], scores["baseline"][column],
-                                                        clusters, **kw))
-            entry["gain_over_support"] = {side: _delta(paired_delta_auroc(
-                y, scores[side]["S_residual"], scores[side]["S_full"], clusters, **kw)) for side in SIDES}
+                entry[name] = paired_delta_auroc(y, scores["design"][column], scores["baseline"][column],
+                                                 clusters, **kw).as_dict("delta")
+            entry["gain_over_support"] = {
+                side: paired_delta_auroc(y, scores[side]["S_residual"], scores[side]["S_full"], clusters,
+                                         **kw).as_dict("delta") for side in SIDES}
             out[setting] = entry
     return out
 

@@ -196,8 +196,7 @@ def _auroc_pair(y: np.ndarray, realized: np.ndarray, swapped: np.ndarray, cluste
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateInputWarning)
         res = bootstrap_auroc(y, np.column_stack([realized, swapped]), clusters, n_boot=n_boot, ci=ci, seed=seed)
-    return {name: {"auroc": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high}
-            for name, r in zip(("realized", "swapped"), res)}
+    return {name: r.as_dict("auroc") for name, r in zip(("realized", "swapped"), res)}
 
 
 def _counts(frame: pd.DataFrame) -> dict:
@@ -292,7 +291,7 @@ def swap_drop(steps: pd.DataFrame, *, higher: str = "progress", n_boot: int = 10
         warnings.simplefilter("ignore", DegenerateInputWarning)
         res = paired_delta_auroc(y, sign * binary["S_realized"].to_numpy(float), sign * binary["S_swapped"].to_numpy(float),
                                  clusters, n_boot=n_boot, ci=ci, seed=seed)
-    return {"delta": res.estimate, "ci_low": res.ci_low, "ci_high": res.ci_high}
+    return res.as_dict("delta")
 
 
 def _binary(steps: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:

@@ -148,6 +148,8 @@ def test_paired_delta_uses_same_resamples():
     ra, rb = bootstrap_auroc(y, np.column_stack([a, b]), clusters, n_boot=200, seed=0)
     assert d.estimate == pytest.approx(ra.estimate - rb.estimate, abs=1e-12)
     assert d.ci_low <= d.estimate <= d.ci_high
+    assert d.as_dict("delta") == {"delta": d.estimate, "ci_low": d.ci_low, "ci_high": d.ci_high}
+    assert list(d.as_dict()) == ["estimate", "ci_low", "ci_high"]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
