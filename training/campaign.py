@@ -21,7 +21,10 @@ the others keep their pack and are rolled back to it, their newer weights left i
 takes the budget from what the commits since REV leave of the push's limit. Then
 each run folder of the series is validated (``ocsd.records``). The evaluations the folders hold
 (``eval_<NAME>_step<K>.json``, the newest of each name) go into ``eval_step<K>/`` of the series, or replace the file
-of that name where the series has one.
+of that name where the series has one. The audits (``audit_<NAME>.tgz`` of ``results/paper_scale_on_gpu.sh audit``:
+one ``audit_<NAME>_step<K>/`` folder of ``rescoring.audit`` per checkpoint) are unpacked into the series, replacing
+a folder of the same name; their bytes come off ``--budget-mib`` before the packs'. The GPU script's other outputs
+(``ladder_*.tgz``, ``*.warm.tgz``, ``verl_check.tgz``) are named and left where they are.
 
 Commands::
 
@@ -41,6 +44,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -52,13 +56,17 @@ from training.push_size import DEFAULT_LIMIT_MIB, MIB, change_bytes, pending
 from training.resume_pack import PackError, pack, read_pack_info
 
 __all__ = ["RunStatus", "RolledBack", "run_status", "series_status", "sent_back", "sent_evaluations",
-           "collect_evaluations", "collect", "roll_back", "main"]
+           "collect_evaluations", "sent_audits", "collect_audits", "collect", "roll_back", "main"]
 
 RESERVE_MIB = 10.0
 """What ``collect --since`` keeps of a push's budget for the records and analyses still to commit (MiB)."""
 PACKS = "packs"
 """The series' subfolder of resume packs, one ``<NAME>.tar`` per run."""
 _EVAL = re.compile(r"eval_(?P<run>.+)_step(?P<step>\d+)\.json")
+_AUDITS = "audit_*.tgz"
+"""The audits of one ``results/paper_scale_on_gpu.sh audit`` job: an ``audit_<NAME>_step<K>/`` folder per checkpoint."""
+OTHER_OUTPUTS = ("ladder_*.tgz", "*.warm.tgz", "verl_check.tgz")
+"""What else the GPU script's jobs send back as ``.tgz``: no run's records, and not collected."""
 
 
 @dataclass(frozen=True)
@@ -180,29 +188,116 @@ def series_status(series: str | Path) -> list[RunStatus]:
     return [run_status(run, series, evaluations=evaluations) for run in runs]
 
 
+def _is_output(path: Path) -> bool:
+    """Whether ``path`` is an output of a job (audits included) rather than a run's records."""
+    return any(path.match(pattern) for pattern in (_AUDITS, *OTHER_OUTPUTS))
+
+
+def _check_folders(folders: Sequence[str | Path]) -> list[Path]:
+    paths = list(map(Path, folders))
+    for folder in paths:
+        if not folder.is_dir():
+            raise UsageError(f"{folder}: not a folder")
+    return paths
+
+
 def sent_back(folders: Sequence[str | Path]) -> dict[str, tuple[Path, list[Path]]]:
     """Per run name, its newest ``NAME.tgz`` and the parts of its newest ``NAME.actor.tgz.*`` (empty without any)
-    in ``folders``, oldest first (a later folder's file replaces an earlier one's).
+    in ``folders``, oldest first (a later folder's file replaces an earlier one's); the jobs' outputs
+    (``audit_*.tgz`` and :data:`OTHER_OUTPUTS`) are not runs.
 
     Raises
     ------
     UsageError
-        A folder is missing, or none holds a ``NAME.tgz``.
+        A folder is missing.
     """
     records: dict[str, Path] = {}
     actors: dict[str, list[Path]] = {}
-    for folder in map(Path, folders):
-        if not folder.is_dir():
-            raise UsageError(f"{folder}: not a folder")
+    for folder in _check_folders(folders):
         for path in sorted(folder.glob("*.tgz")):
-            if not path.name.endswith(".actor.tgz"):
+            if not path.name.endswith(".actor.tgz") and not _is_output(path):
                 records[path.name[:-len(".tgz")]] = path
         for first in sorted(folder.glob("*.actor.tgz.aa")):
             name = first.name[:-len(".actor.tgz.aa")]
             actors[name] = sorted(folder.glob(f"{name}.actor.tgz.*"))
-    if not records:
-        raise UsageError(f"no NAME.tgz (a run folder sent back) in {', '.join(map(str, folders))}")
     return {name: (path, actors.get(name, [])) for name, path in records.items()}
+
+
+def _newest(folders: Sequence[str | Path], pattern: str) -> dict[str, Path]:
+    """Per file name, the newest file matching ``pattern`` in ``folders`` (oldest first)."""
+    found: dict[str, Path] = {}
+    for folder in _check_folders(folders):
+        for path in sorted(folder.glob(pattern)):
+            found[path.name] = path
+    return found
+
+
+def sent_audits(folders: Sequence[str | Path]) -> dict[str, Path]:
+    """Per file name, the newest ``audit_<NAME>.tgz`` in ``folders`` (oldest first)."""
+    return _newest(folders, _AUDITS)
+
+
+def _tree_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _same_tree(a: Path, b: Path) -> bool:
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    return files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file()) and all(
+        (a / f).read_bytes() == (b / f).read_bytes() for f in files)
+
+
+def collect_audits(series: str | Path, folders: Sequence[str | Path]) -> tuple[list[str], int]:
+    """Unpack the audits sent back in ``folders`` into ``series`` (module docstring).
+
+    Every bundle is unpacked and checked before any folder of the series changes.
+
+    Returns
+    -------
+    lines : list of str
+        One per audit folder: copied, replaced or already there.
+    added : int
+        Bytes of the folders copied or replaced (what they add to a push, at most).
+
+    Raises
+    ------
+    UsageError
+        A bundle cannot be unpacked, or holds anything but ``audit_*/`` folders with an ``audit.json``.
+    """
+    series = Path(series)
+    found = sent_audits(folders)
+    if not found:
+        return [], 0
+    lines, added = [], 0
+    with tempfile.TemporaryDirectory(dir=series, prefix=".audits.") as staging:
+        unpacked: dict[str, Path] = {}
+        for name, path in sorted(found.items()):
+            into = Path(staging) / name
+            _extract(path, into, str(path))
+            held = sorted(into.iterdir())
+            bad = [p.name for p in held if not (p.is_dir() and p.match("audit_*") and (p / "audit.json").is_file())]
+            if not held or bad:
+                raise UsageError(f"{path}: not a bundle of audits ("
+                                 + (f"{bad[0]} is no audit_*/ folder with an audit.json)" if bad else "empty)"))
+            unpacked.update({p.name: p for p in held})  # a later bundle's folder of the same name wins
+        for name, folder in sorted(unpacked.items()):
+            target = series / name
+            if target.is_dir() and _same_tree(folder, target):
+                lines.append(f"{name}: already in {series}")
+                continue
+            existed = target.exists()
+            if existed:
+                shutil.rmtree(target)
+            shutil.move(str(folder), target)
+            added += _tree_bytes(target)
+            lines.append(f"{name}: {'replaced' if existed else 'copied'} into {series}")
+    return lines, added
+
+
+def _not_collected(folders: Sequence[str | Path]) -> list[str]:
+    """A line for each of the jobs' other outputs (:data:`OTHER_OUTPUTS`), which stay where they are."""
+    return [f"{path}: not collected (a job's output, not a run's records or audits: unpack it by hand)"
+            for pattern in OTHER_OUTPUTS for path in _newest(folders, pattern).values()]
 
 
 def _extract(stream: io.BufferedIOBase | Path, into: Path, what: str) -> None:
@@ -264,12 +359,7 @@ def _unpack_run(name: str, records: Path, parts: Sequence[Path], runs: Path) -> 
 
 def sent_evaluations(folders: Sequence[str | Path]) -> dict[str, Path]:
     """Per file name, the newest ``eval_<NAME>_step<K>.json`` in ``folders`` (oldest first)."""
-    found: dict[str, Path] = {}
-    for folder in map(Path, folders):
-        for path in sorted(folder.glob("eval_*.json")):
-            if _EVAL.fullmatch(path.name):
-                found[path.name] = path
-    return found
+    return {name: path for name, path in _newest(folders, "eval_*.json").items() if _EVAL.fullmatch(name)}
 
 
 def _read_evaluation(path: Path, step: int) -> None:
@@ -363,12 +453,14 @@ def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path,
         them (a replaced pack of the 0.5B: 78 MB) and replaced only while they fit, the runs that gained the most
         steps first; a run whose pack does not fit keeps its older pack, its records are rolled back to that pack's
         step and its newer weights stay in ``runs`` (a run that has no pack yet is then not brought into the series).
+        The audits collected first take their bytes off it.
 
     Raises
     ------
     UsageError
-        A folder is missing or holds no run, ``series`` is not a folder, a file cannot be unpacked, an evaluation
-        file is not one (:func:`collect_evaluations`; then nothing is collected), or ``budget`` is negative.
+        A folder is missing, the folders hold no run, audit or evaluation, ``series`` is not a folder, a file cannot
+        be unpacked, an evaluation file is not one (:func:`collect_evaluations`) or an audit bundle holds no audits
+        (:func:`collect_audits`; either stops the collection before a run moves), or ``budget`` is negative.
     """
     series, runs = Path(series), Path(runs)
     if not series.is_dir():
@@ -376,12 +468,18 @@ def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path,
     if budget is not None and budget < 0:
         raise UsageError(f"--budget-mib must be >= 0, got {budget / MIB:g}")
     sent = sent_back(folders)
+    if not sent and not sent_audits(folders) and not sent_evaluations(folders):
+        raise UsageError(f"nothing to collect in {', '.join(map(str, folders))}: no NAME.tgz (a run folder sent "
+                         "back), audit_NAME.tgz or eval_NAME_stepK.json")
     evaluations = collect_evaluations(series, folders)  # a file that is no evaluation stops all before a run moves
+    audits, audit_bytes = collect_audits(series, folders)
+    if budget is not None:
+        budget = max(budget - audit_bytes, 0)  # the audits are in the series already: the packs get what is left
     staged = {name: _unpack_run(name, records, parts, runs) for name, (records, parts) in sorted(sent.items())}
     lines, problems = [], []
     kept = {name: [n for n, _ in resumable_checkpoints(run)] for name, run in staged.items()}
     held = {name: _held(series / PACKS / f"{name}.tar") for name in staged}
-    with tempfile.TemporaryDirectory(dir=runs, prefix=".packs.") as aside:
+    with tempfile.TemporaryDirectory(dir=runs, prefix=".packs.") if staged else nullcontext() as aside:
         offers = {name: offer for name, run in staged.items()
                   if (offer := _newer_pack(name, run, kept[name], held[name], series, Path(aside),
                                            measure=budget is not None))}
@@ -391,7 +489,7 @@ def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path,
             lines.append(_bring_in(name, run, kept[name], held[name], series, offers.get(name), name in taken, left))
             if (series / name).is_dir():
                 problems += [f"{name}: {problem}" for problem in validate_path(series / name)]
-    return lines + evaluations, problems
+    return lines + evaluations + audits + _not_collected(folders), problems
 
 
 def _held(pack_file: Path) -> int | None:
@@ -513,8 +611,8 @@ def _main(argv: Sequence[str] | None) -> int:
     take = sub.add_parser("collect", help="what a machine sent back into a series (records, packs)")
     take.add_argument("series", help="the series folder")
     take.add_argument("folders", nargs="+", metavar="FOLDER",
-                      help="folders of NAME.tgz, NAME.actor.tgz.* and eval_NAME_stepK.json as poll wrote them, "
-                           "oldest first")
+                      help="folders of NAME.tgz, NAME.actor.tgz.*, eval_NAME_stepK.json and audit_NAME.tgz as "
+                           "poll wrote them, oldest first")
     take.add_argument("--runs", required=True, metavar="DIR",
                       help="where the runs are unpacked with their weights (kept for rescoring)")
     take.add_argument("--target", type=positive_int("--target"), default=50, help="for the status printed after")

@@ -345,3 +345,66 @@ def test_collect_since_takes_its_budget_from_the_push(series, sent, tmp_path, ca
     with pytest.raises(SystemExit) as refused:
         main(["collect", str(series), str(sent), "--runs", runs, "--since", "HEAD", "--budget-mib", "1"])
     assert refused.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def _audit_bundle(folder: Path, name: str, *audits: tuple[str, Path]) -> Path:
+    """``audit_<name>.tgz`` in ``folder`` as the GPU script's audit job writes it: a folder per checkpoint."""
+    folder.mkdir(exist_ok=True)
+    with tarfile.open(folder / f"audit_{name}.tgz", "w:gz") as tar:
+        for arcname, source in audits:
+            tar.add(source, arcname=arcname)
+    return folder / f"audit_{name}.tgz"
+
+
+COMMITTED_AUDIT = SERIES / "audit_one_obs_ocsd_s3_step26"
+
+
+def test_audits_come_into_the_series_and_take_their_bytes_off_the_budget(series, sent, tmp_path):
+    """A committed audit sent back as a bundle lands in the series as it was; a budget that holds the newer pack
+    alone no longer holds it beside the audits, which came first; the same bundle again changes nothing."""
+    extra = tmp_path / "poll_audits"
+    _audit_bundle(extra, "one_obs_x", ("audit_one_obs_x_step26", COMMITTED_AUDIT))
+    audit_bytes = sum(p.stat().st_size for p in COMMITTED_AUDIT.iterdir())
+    _older_pack(series / "packs" / f"{RUN}.tar", STEP - 2, other_state=True)
+    twin = tmp_path / "twin"
+    shutil.copytree(series, twin)
+    old = tmp_path / "old.tar"
+    shutil.copyfile(series / "packs" / f"{RUN}.tar", old)
+
+    done, invalid = collect(series, [sent], tmp_path / "runs", budget=300 * MIB)
+    assert invalid == [] and f"packed step {STEP} into" in done[0]
+    cost = change_bytes(old, series / "packs" / f"{RUN}.tar")
+    done, invalid = collect(twin, [sent, extra], tmp_path / "runs2", budget=cost + audit_bytes // 2)
+    assert invalid == [] and f"audit_one_obs_x_step26: copied into {twin}" in done
+    assert "does not fit the budget" in done[0] and run_status(twin / RUN).pack == STEP - 2
+    landed = twin / "audit_one_obs_x_step26"
+    assert sorted(p.name for p in landed.iterdir()) == sorted(p.name for p in COMMITTED_AUDIT.iterdir())
+    assert all((landed / p.name).read_bytes() == p.read_bytes() for p in COMMITTED_AUDIT.iterdir())
+    again, _ = collect(twin, [extra], tmp_path / "runs2")
+    assert again == [f"audit_one_obs_x_step26: already in {twin}"]
+
+
+def test_other_outputs_stay_and_a_bundle_without_audits_stops_the_collection(sent, tmp_path, capsys):
+    """The ladder's and a warm start's bundles are no runs: named, not collected. A bundle named audit_* that holds
+    no audit stops everything before a run is unpacked; only evaluations or audits are enough to collect."""
+    series = tmp_path / "series"
+    series.mkdir()
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "x.txt").write_text("not an audit")
+    _audit_bundle(sent, "bad", ("notes", notes))
+    assert main(["collect", str(series), str(sent), "--runs", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "audit_bad.tgz: not a bundle of audits (notes is no audit_*/ folder with an audit.json)" in err
+    assert not (tmp_path / "runs").exists() and list(series.iterdir()) == []
+    (sent / "audit_bad.tgz").unlink()
+    for name in ("ladder_q05.tgz", "sft_q.warm.tgz"):
+        _tgz(sent / name, tmp_path, "notes")
+    done, invalid = collect(series, [sent], tmp_path / "runs")
+    assert invalid == [] and sorted(sent_back([sent])) == [RUN]
+    assert f"{sent / 'ladder_q05.tgz'}: not collected (a job's output, not a run's records or audits: unpack it by " \
+           "hand)" in done
+    assert any(line.startswith(f"{sent / 'sft_q.warm.tgz'}: not collected") for line in done)
+    only = tmp_path / "only_audits"
+    _audit_bundle(only, "one_obs_x", ("audit_one_obs_x_step26", COMMITTED_AUDIT))
+    assert collect(series, [only], tmp_path / "runs")[0] == [f"audit_one_obs_x_step26: copied into {series}"]
