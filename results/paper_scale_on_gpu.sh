@@ -72,6 +72,16 @@
 #                                                            by its stored scores and by each scorer MODEL
 #                                                            (python -m rescoring.ladder, with the observation swap),
 #                                                            into $OUT/ladder_NAME.tgz
+#   bash results/paper_scale_on_gpu.sh audit NAME RUN VIEW TWIN STEP...
+#                                                            the audit of VIEW and its twin TWIN against Full and
+#                                                            Ablated (python -m rescoring.audit, without the swap,
+#                                                            AUDIT_DTYPE float32) at each checkpoint STEP of the run
+#                                                            RUN of RUNS_DIR that has its weights here, one after the
+#                                                            other on one GPU (AUDIT_DEVICE cuda), each into
+#                                                            audit_NAME_stepSTEP/ of $OUT/audit_NAME.tgz (made in
+#                                                            AUDIT_DIR, /tmp/audit; a checkpoint that fails is named
+#                                                            in the log and the others go on; python -m
+#                                                            training.campaign collect unpacks them into the series)
 #   bash results/paper_scale_on_gpu.sh scaling [option...]   the veRL scaling benchmark on every GPU of the machine
 #                                                            (benchmarks/verl_scaling.py: the single-device trainer,
 #                                                            then verl on 1, 2 and 4 GPUs, STEPS (4) steps each;
@@ -381,6 +391,23 @@ ladder)
     start "ladder_$name" "python3 -m rescoring.ladder --run $run --model stored $models--out /tmp/ladder/$name \
         --device cuda --dtype bfloat16 --no-progress && \
         tar czf $JOBS/out/ladder_$name.tgz -C /tmp/ladder $name" ;;
+audit)
+    usage="audit NAME RUN VIEW TWIN STEP..."
+    adir=${AUDIT_DIR:-/tmp/audit} name=${2:?$usage} run=${3:?$usage} view=${4:?$usage} twin=${5:?$usage}
+    shift 5
+    [ $# -gt 0 ] || { echo "audit: name at least one checkpoint STEP of $run" >&2; exit 2; }
+    cmd="failed=''; " folders=""
+    for step in "$@"; do  # one checkpoint at a time: each audit keeps its own steps (audit_steps.csv) to pool
+        [[ "$step" =~ ^[1-9][0-9]*$ ]] || { echo "audit: a STEP is a checkpoint's training step, not '$step'" >&2
+                                          exit 2; }
+        folder=audit_${name}_step$step folders="$folders $folder"
+        cmd+="python3 -m rescoring.audit --run $RUNS_DIR/$run --ckpt-steps $step --view $view --twin $twin \
+--device ${AUDIT_DEVICE:-cuda} --dtype ${AUDIT_DTYPE:-float32} --no-swap --no-progress --out $adir/$folder \
+|| failed=\"\$failed $step\"; "
+    done
+    start "audit_$name" "rm -rf $adir/audit_${name}_step* && mkdir -p $adir && ${cmd}\
+[ -z \"\$failed\" ] || echo \"audit $name: no audit at checkpoint(s)\$failed\"; cd $adir && \
+tar czf $JOBS/out/audit_$name.tgz \$(ls -d$folders 2>/dev/null) && [ -z \"\$failed\" ]" ;;
 scaling)
     shift
     name=${SCALING_NAME:-verl_scaling}
@@ -444,7 +471,7 @@ poll)
     echo "usage: bash results/paper_scale_on_gpu.sh prepare DIR [SERIES] | bundle DIR | carry_runs SERIES DIR |" \
          "install DIR | code SNAP.tar | zeroshot MODEL... | sft NAME CONFIG | eval NAME CKPT |" \
          "run NAME METHOD MODEL WARM SEED | steps NAME MODEL |" \
-         "ladder NAME RUN MODEL... | scaling |" \
+         "ladder NAME RUN MODEL... | audit NAME RUN VIEW TWIN STEP... | scaling |" \
          "verl_check | poll SECONDS" >&2
     exit 2 ;;
 esac

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,6 +19,10 @@ from diagnostics.load import DiagnosticsError
 from figures import audit_pool as audit_pool_figure
 from rescoring import audit as audit_mod
 from rescoring import audit_pool
+from ocsd.replay.catalog import cache_root
+from training import campaign
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SIGNALS = ("ablated", "full", "residual")
 
@@ -150,3 +158,41 @@ def test_the_figure_refuses_another_json_naming_it(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "swap.json" in err and "rescoring.audit_pool" in err
     assert not list(tmp_path.glob("*.png"))
+
+
+def test_the_gpu_scripts_audit_job_is_collected_into_a_series(frozen_run, audits, tmp_path):
+    """``results/paper_scale_on_gpu.sh audit`` (on this CPU: AUDIT_DEVICE=cpu) audits each checkpoint named in turn,
+    names the one that has no weights and keeps the others; poll brings the bundle, and ``training.campaign collect``
+    unpacks it into the series, where the audits pool. The steps scored are those of ``rescoring.audit`` run here."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "tiny").symlink_to(frozen_run)
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
+           "GPUS": "1", "JOBS": str(tmp_path / "jobs"), "OUT": str(tmp_path / "out"), "RUNS_DIR": str(runs),
+           "AUDIT_DIR": str(tmp_path / "made"), "AUDIT_DEVICE": "cpu", "CACHE": str(cache_root())}
+    (tmp_path / "out").mkdir()
+
+    def script(*args):
+        done = subprocess.run(["bash", str(ROOT / "results" / "paper_scale_on_gpu.sh"), *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "started audit_one_obs_tiny on GPU 0" in script("audit", "one_obs_tiny", "tiny", "one_obs",
+                                                              "one_obs_ablated", "1", "2", "9")
+    polled = script("poll", "840")
+    assert "== audit_one_obs_tiny: 1" in polled, polled  # checkpoint 9 has no weights: named, the others kept
+    assert "no audit at checkpoint(s) 9" in (tmp_path / "jobs" / "audit_one_obs_tiny.log").read_text()
+    series = tmp_path / "series"
+    series.mkdir()
+    done, invalid = campaign.collect(series, [tmp_path / "out"], tmp_path / "r")
+    said = "\n".join(done)
+    for step, own in zip((1, 2), audits):
+        folder = series / f"audit_one_obs_tiny_step{step}"
+        assert f"{folder.name}: copied into {series}" in said
+        pd.testing.assert_frame_equal(pd.read_csv(folder / "audit_steps.csv"), pd.read_csv(own / "audit_steps.csv"))
+        assert json.loads((folder / "audit.json").read_text())["checkpoints"] == [step]
+    assert invalid == [] and len(done) == 2 and not (series / "audit_one_obs_tiny_step9").exists()
+    assert not (tmp_path / "r").exists()  # no run came back: nothing is unpacked there
+    assert audit_pool.main([str(series / "audit_one_obs_tiny_step1"), str(series / "audit_one_obs_tiny_step2"),
+                            "--out", str(tmp_path / "pool"), "--n-boot", "20"]) == 0

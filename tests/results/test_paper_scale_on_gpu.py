@@ -72,7 +72,7 @@ def test_usage_names_every_command():
     done = subprocess.run(["bash", str(SCRIPT), "banana"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     for command in ("prepare", "bundle", "carry_runs", "install", "code", "zeroshot", "sft", "eval", "run", "steps",
-                    "ladder", "scaling", "verl_check", "poll"):
+                    "ladder", "audit", "scaling", "verl_check", "poll"):
         assert command in done.stderr
 
 
@@ -294,6 +294,26 @@ def test_poll_with_a_run_brings_the_finished_evaluations_while_the_call_has_room
     (tmp_path / "jobs" / "out" / "eval_x.json").write_bytes(b"x" * 63_000_000)  # a file past the call's 62 MB
     assert sorted(p.name for p in _poll(tmp_path, "grpo_a", outputs=0).iterdir()) == ["grpo_a.actor.tgz.aa",
                                                                                       "grpo_a.tgz"]
+
+
+def test_the_audit_job_audits_each_checkpoint_named_into_one_bundle():
+    """Each STEP its own rescoring.audit (on the GPU named, float32, without the swap), one bundle; a job without
+    a STEP or with one that is no training step is refused. tests/rescoring/test_audit_pool.py runs the job."""
+    env = {"PATH": "/usr/bin:/bin", "DRY": "1", "GPUS": "2", "GPU": "1"}
+    args = ["audit", "masked_ocsd_s2", "ocsd_qwen0.5b_s2", "full", "masked"]
+    done = subprocess.run(["bash", str(SCRIPT), *args, "48", "50"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("GPU 1: ")
+    for step in (48, 50):
+        assert (f"python3 -m rescoring.audit --run /tmp/runs/ocsd_qwen0.5b_s2 --ckpt-steps {step} --view full --twin "
+                f"masked --device cuda --dtype float32 --no-swap --no-progress --out "
+                f"/tmp/audit/audit_masked_ocsd_s2_step{step} ") in done.stdout
+    assert "tar czf /tmp/ps_jobs/out/audit_masked_ocsd_s2.tgz" in done.stdout
+    for extra, message in (([], "name at least one checkpoint STEP"), (["48", "x50"], "not 'x50'")):
+        refused = subprocess.run(["bash", str(SCRIPT), *args, *extra], cwd=ROOT, env=env, capture_output=True,
+                                 text=True, timeout=60)
+        assert refused.returncode == 2 and message in refused.stderr
 
 
 def test_the_ladder_job_scores_a_run_with_its_stored_scores_and_each_model_named():
