@@ -38,12 +38,15 @@ Writes ``audit.md``, ``audit.json``, the design's tail words (``tails_top_words.
 signals on both sides (``audit_steps.csv``: run, checkpoint, trajectory, step, feedback label, then ``baseline_`` and
 ``design_`` ablated, full and residual step scores) to ``--out`` (default ``DIR/audit_<view name>``); ``python -m
 figures.panels OUT/audit.json`` draws ``audit.png`` and the design's word clouds into that folder, and ``python -m
-rescoring.audit_pool`` pools the steps of several audits (runs, checkpoints) into one comparison.
+rescoring.audit_pool`` pools the steps of several audits (runs, checkpoints) into one comparison. Until the audit is
+written each checkpoint's scores are kept in ``--out``'s ``.scores/`` (:mod:`rescoring.score_cache`): the same
+command run again after a stop (an error, Ctrl-C) scores only the checkpoints not scored yet.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import warnings
 from dataclasses import dataclass
@@ -61,6 +64,7 @@ from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, check_out,
                                rescoring_parser, run_checkpoints, run_label, weights_label)
 from diagnostics.stats import DegenerateInputWarning
 from diagnostics.verdicts import audit_points
+from rescoring.score_cache import SCORES_FOLDER, ScoreCache
 from rescoring.swap import swap_auroc, swap_drop, swap_plan, swap_scores
 from ocsd.cli import emit, fmt, format_table, output_folder, positive_int, write_json
 from ocsd.records import CHECKPOINT_COLUMN
@@ -216,13 +220,16 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
           baseline: str = "full", ckpt_steps: Sequence[int] | None = None, donors: int = 5, per_category: int = 40,
           swap: bool = True, same_text: bool = True, model: str | None = None, device: str | None = None,
           dtype: str | None = None, n_boot: int = 1000, ci: float = 0.95, seed: int = 0, top: int = 30,
-          progress: bool = True) -> tuple[dict, dict, pd.DataFrame]:
+          progress: bool = True, score_cache: str | Path | None = None) -> tuple[dict, dict, pd.DataFrame]:
     """Audit ``view`` against ``baseline`` on the selected steps of ``run`` (module docstring).
 
     Parameters
     ----------
     ckpt_steps : sequence of int, optional
         Checkpoints to use (default: every complete checkpoint of the run).
+    score_cache : str or path-like, optional
+        A folder for the scores of each checkpoint (:class:`rescoring.score_cache.ScoreCache`): an audit stopped
+        after some checkpoints were scored scores only the others when run again.
 
     Returns
     -------
@@ -244,7 +251,8 @@ def audit(run: str | Path, view: str | ReplayView, *, twin: str | ReplayView | N
     swap_frames: dict[str, list[pd.DataFrame]] = {"baseline": [], "design": []}
     shows = {"baseline": False, "design": False}
     short = 0
-    for ckpt, rescorer in checkpoint_rescorers(run, ckpts, device=device, dtype=dtype):
+    cache = ScoreCache(score_cache) if score_cache is not None else None
+    for ckpt, rescorer in checkpoint_rescorers(run, ckpts, device=device, dtype=dtype, cache=cache):
         st, tok, ck_structure, skipped = _rescore_checkpoint(ckpt, rescorer, base, design, progress=progress)
         structure = _merge_structure(structure, ck_structure)
         unrendered += [f"{ckpt.name}: {reason}" for reason in skipped]
@@ -404,9 +412,12 @@ def build_audit(run, view, out_dir, **kwargs) -> dict:
     """Run :func:`audit` and write ``audit.md``, ``audit.json``, the design's tail words (CSV) and the audited steps'
     signals (``audit_steps.csv``).
 
-    ``python -m figures.panels OUT/audit.json`` draws ``audit.png`` and the design's word clouds."""
-    result, rates, steps = audit(run, view, **kwargs)
+    Until they are written, the scores of each checkpoint are kept in ``out_dir/.scores/``: the same command run
+    again after a stop scores only what was not scored yet (any change to the steps, views, weights or settings
+    scores again). ``python -m figures.panels OUT/audit.json`` draws ``audit.png`` and the design's word clouds."""
     out_dir = Path(out_dir)
+    kwargs.setdefault("score_cache", out_dir / SCORES_FOLDER)
+    result, rates, steps = audit(run, view, **kwargs)
     out_dir.mkdir(parents=True, exist_ok=True)
     steps.to_csv(out_dir / STEPS_FILE, index=False)
     result["files"] = {"csv": str(tails.write_csv(rates["design"], out_dir, top=kwargs.get("top", 30))),
@@ -414,6 +425,8 @@ def build_audit(run, view, out_dir, **kwargs) -> dict:
     (out_dir / "audit.md").write_text(_markdown(result))
     result["files"]["report"] = str(out_dir / "audit.md")
     write_json(out_dir / "audit.json", result)
+    if kwargs["score_cache"] == out_dir / SCORES_FOLDER:
+        shutil.rmtree(out_dir / SCORES_FOLDER, ignore_errors=True)
     return result
 
 

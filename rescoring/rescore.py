@@ -254,10 +254,13 @@ class Rescorer:
         Where and in which precision to score.
     token_budget : int, optional
         Padded tokens per forward batch (:class:`ocsd.replay.scoring.ReplayScorer`).
+    cache : rescoring.score_cache.ScoreCache, optional
+        Where :meth:`score` keeps what it computed, and finds what an earlier call computed on the same items with
+        the same weights and settings.
     """
 
     def __init__(self, weights: str, *, env: str, max_prompt_length: int | None, device: str = "cpu",
-                 dtype: str = "float32", token_budget: int | None = None):
+                 dtype: str = "float32", token_budget: int | None = None, cache=None):
         from ocsd.replay.models import load_model, load_tokenizer
         from ocsd.replay.prompts import PromptRenderer
         from ocsd.replay.scoring import ReplayScorer
@@ -268,6 +271,7 @@ class Rescorer:
         model = load_model(weights, device=device, dtype=dtype)
         self.renderer = PromptRenderer(self.tokenizer)
         self.scorer = ReplayScorer(model, token_budget=token_budget, progress=False)
+        self.cache = cache
 
     def render(self, records: Sequence[StepRecord], views: Sequence[ReplayView]
                ) -> tuple[list[RenderedStep], list[str]]:
@@ -295,12 +299,26 @@ class Rescorer:
     def score(self, contexts: Sequence[Mapping[str, Sequence[int]]], responses: Sequence[Sequence[int]], *,
               keys: Sequence[str] | None = None, progress: bool = True, desc: str = "re-scoring"
               ) -> list[dict[str, np.ndarray]]:
-        """Log-probs of each response under each of its contexts (view name -> ids), shape ``(T,)`` each."""
+        """Log-probs of each response under each of its contexts (view name -> ids), shape ``(T,)`` each; read from
+        :attr:`cache` where an earlier call scored the same items with the same weights and settings."""
         from ocsd.replay.scoring import ScoreItem
 
+        key = None
+        if self.cache is not None:
+            from rescoring.score_cache import weights_fingerprint
+
+            settings = (weights_fingerprint(self.weights), str(self.dtype), str(self.scorer.device.type),
+                        str(self.scorer.token_budget))
+            key = self.cache.key(settings, contexts, responses)
+            kept = self.cache.load(key, contexts)
+            if kept is not None:
+                return kept
         items = [ScoreItem(ctx, resp, key=None if keys is None else keys[i])
                  for i, (ctx, resp) in enumerate(zip(contexts, responses))]
-        return self.scorer.score(items, progress=progress, desc=desc)
+        scored = self.scorer.score(items, progress=progress, desc=desc)
+        if key is not None:
+            self.cache.save(key, scored)
+        return scored
 
 
 def stored_residual_gap(tokens: pd.DataFrame, rescored: Mapping[tuple[str, int], np.ndarray]) -> float:
@@ -340,10 +358,11 @@ def scoring_device(device: str | None, settings: Mapping) -> str:
 
 
 def checkpoint_rescorers(run: str | Path, ckpts: Sequence[Checkpoint], *, device: str | None = None,
-                         dtype: str | None = None) -> Iterator[tuple[Checkpoint, "Rescorer"]]:
+                         dtype: str | None = None, cache=None) -> Iterator[tuple[Checkpoint, "Rescorer"]]:
     """Each checkpoint with a :class:`Rescorer` of its weights, set up from the run's ``run.json``: its prompt
-    limit and token budget, and its device (:func:`scoring_device`) and dtype unless given. A model is loaded
-    again only when the weights change from one checkpoint to the next."""
+    limit and token budget, and its device (:func:`scoring_device`) and dtype unless given; ``cache`` (a
+    :class:`rescoring.score_cache.ScoreCache`) keeps their scores. A model is loaded again only when the weights
+    change from one checkpoint to the next."""
     settings = run_settings(run)
     device, dtype = scoring_device(device, settings), dtype or str(settings.get("dtype") or "float32")
     rescorer = None
@@ -351,7 +370,7 @@ def checkpoint_rescorers(run: str | Path, ckpts: Sequence[Checkpoint], *, device
         if rescorer is None or rescorer.weights != ckpt.weights:
             rescorer = Rescorer(ckpt.weights, env=str(ckpt.meta["env"]),
                                 max_prompt_length=settings.get("max_prompt_length"), device=device, dtype=dtype,
-                                token_budget=settings.get("scoring_token_budget"))
+                                token_budget=settings.get("scoring_token_budget"), cache=cache)
         yield ckpt, rescorer
 
 

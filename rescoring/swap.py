@@ -28,12 +28,15 @@ Command::
         [--donor-text any|differ] [--model PATH] [--device cpu|cuda] [--dtype bfloat16] [--out DIR] [--n-boot 1000] [--seed 0] [--json]
 
 Writes ``swap.json`` (the result below) and ``swap_steps.csv`` (every evaluation step with its donors'
-count and both scores) to ``--out`` (default ``DIR/swap``).
+count and both scores) to ``--out`` (default ``DIR/swap``). Until then each checkpoint's scores are kept in
+``--out``'s ``.scores/`` (:mod:`rescoring.score_cache`): the same command run again after a stop scores only the
+checkpoints not scored yet.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import warnings
 from dataclasses import dataclass
@@ -51,6 +54,7 @@ from rescoring.rescore import (Checkpoint, Rescorer, check_bootstrap, check_out,
                                rescoring_parser, run_checkpoints, run_label, stored_residual_gap, swapped_record,
                                OWN_WEIGHTS, weights_label)
 from diagnostics.stats import DegenerateInputWarning
+from rescoring.score_cache import SCORES_FOLDER, ScoreCache
 from ocsd.cli import emit, format_table, output_folder, write_json
 from ocsd.records import PROGRESS_LABELS
 from ocsd.replay.stored import stored_records
@@ -332,8 +336,11 @@ def pooled_statistics(steps: pd.DataFrame, *, higher: str = "progress", n_boot: 
 def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, donors: int = 5,
                   per_category: int = 40, model: str | None = None, device: str | None = None,
                   dtype: str | None = None, higher: str = "progress", same_text: bool = True, n_boot: int = 1000,
-                  ci: float = 0.95, seed: int = 0, progress: bool = True) -> tuple[dict, pd.DataFrame]:
-    """The observation-swap analysis of a run (see the module docstring).
+                  ci: float = 0.95, seed: int = 0, progress: bool = True,
+                  score_cache: str | Path | None = None) -> tuple[dict, pd.DataFrame]:
+    """The observation-swap analysis of a run (see the module docstring); with ``score_cache``, a folder that keeps
+    each checkpoint's scores (:class:`rescoring.score_cache.ScoreCache`), an analysis stopped after some
+    checkpoints scores only the others when run again.
 
     Returns
     -------
@@ -352,7 +359,8 @@ def swap_analysis(run: str | Path, *, ckpt_steps: Sequence[int] | None = None, d
     check_scorer_tokenizer(run, model)
     ckpts = run_checkpoints(run, ckpt_steps, model=model)
     frames, short, unrendered, per_ckpt = [], [], [], []
-    for ckpt, rescorer in checkpoint_rescorers(run, ckpts, device=device, dtype=dtype):
+    cache = ScoreCache(score_cache) if score_cache is not None else None
+    for ckpt, rescorer in checkpoint_rescorers(run, ckpts, device=device, dtype=dtype, cache=cache):
         frame, ck_short, ck_skipped, gap = checkpoint_swap(ckpt, rescorer, donors=donors, per_category=per_category,
                                                            seed=seed, same_text=same_text, progress=progress)
         frames.append(frame)
@@ -415,8 +423,9 @@ def _main(argv: Sequence[str] | None) -> int:
                                   per_category=args.per_category, model=args.model, device=args.device,
                                   dtype=args.dtype, higher=args.higher, same_text=args.donor_text == "any",
                                   n_boot=args.n_boot, ci=args.ci,
-                                  seed=args.seed, progress=show_progress(args))
+                                  seed=args.seed, progress=show_progress(args), score_cache=out / SCORES_FOLDER)
     files = write_outputs(result, steps, out)
+    shutil.rmtree(out / SCORES_FOLDER, ignore_errors=True)  # kept only until the results are written
     if result["insufficient_donors"]:
         print(f"warning: {len(result['insufficient_donors'])} evaluation step(s) had fewer than {args.donors} donor "
               f"observations and are not scored; they are listed in {files['json']} (insufficient_donors)",

@@ -196,3 +196,29 @@ def test_the_gpu_scripts_audit_job_is_collected_into_a_series(frozen_run, audits
     assert not (tmp_path / "r").exists()  # no run came back: nothing is unpacked there
     assert audit_pool.main([str(series / "audit_one_obs_tiny_step1"), str(series / "audit_one_obs_tiny_step2"),
                             "--out", str(tmp_path / "pool"), "--n-boot", "20"]) == 0
+
+
+def test_an_audit_stopped_after_scoring_scores_nothing_again(frozen_run, audits, tmp_path, monkeypatch):
+    """The battery fails after both checkpoints were scored: the scores stay in OUT/.scores, and the same command
+    again scores nothing and writes what an audit that never stopped writes; then .scores is gone. Another view
+    on the same steps is scored anew."""
+    from ocsd.replay.scoring import ReplayScorer
+
+    calls = []
+    score = ReplayScorer.score
+    monkeypatch.setattr(ReplayScorer, "score", lambda self, *a, **k: calls.append(1) or score(self, *a, **k))
+    real = audit_mod._batteries
+    monkeypatch.setattr(audit_mod, "_batteries", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    out = tmp_path / "audit"
+    with pytest.raises(KeyboardInterrupt):
+        audit_mod.build_audit(frozen_run, "one_obs", out, ckpt_steps=[1], swap=False, n_boot=30, progress=False)
+    assert len(calls) == 1 and len(list((out / audit_mod.SCORES_FOLDER).glob("*.npz"))) == 1
+    monkeypatch.setattr(audit_mod, "_batteries", real)
+    again = audit_mod.build_audit(frozen_run, "one_obs", out, ckpt_steps=[1], swap=False, n_boot=30, progress=False)
+    assert len(calls) == 1  # read back, not scored
+    pd.testing.assert_frame_equal(pd.read_csv(out / "audit_steps.csv"), pd.read_csv(audits[0] / "audit_steps.csv"))
+    assert again["residual_gain"] == json.loads((audits[0] / "audit.json").read_text())["residual_gain"]
+    assert not (out / audit_mod.SCORES_FOLDER).exists()
+    audit_mod.build_audit(frozen_run, "full", tmp_path / "other", twin="masked", ckpt_steps=[1], swap=False,
+                          n_boot=30, progress=False)
+    assert len(calls) == 2

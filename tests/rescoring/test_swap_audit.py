@@ -184,6 +184,29 @@ def test_swap_command_writes_the_result_and_is_deterministic(frozen_run, tmp_pat
     assert swap_mod.main([*args, "--out", str(tmp_path / "c"), "--seed", "5"]) == 0
     other = pd.read_csv(tmp_path / "c" / "swap_steps.csv")
     assert not other[["traj_uid", "step_idx"]].equals(steps[["traj_uid", "step_idx"]])
+    assert not any((tmp_path / d / ".scores").exists() for d in "abc")  # kept only until the results are written
+
+
+def test_a_swap_stopped_before_its_results_scores_nothing_again(frozen_run, tmp_path, monkeypatch, capsys):
+    """Writing the results fails after both checkpoints were scored: the same command again reads their scores from
+    OUT/.scores and writes what a run that never stopped writes."""
+    from ocsd.replay.scoring import ReplayScorer
+
+    args = ["--run", str(frozen_run), "--donors", "2", "--per-category", "3", "--n-boot", "50", "--no-progress"]
+    assert swap_mod.main([*args, "--out", str(tmp_path / "whole")]) == 0
+    calls = []
+    score = ReplayScorer.score
+    monkeypatch.setattr(ReplayScorer, "score", lambda self, *a, **k: calls.append(1) or score(self, *a, **k))
+    write = swap_mod.write_outputs
+    monkeypatch.setattr(swap_mod, "write_outputs", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError):
+        swap_mod.main([*args, "--out", str(tmp_path / "stopped")])
+    assert len(calls) == 2 and len(list((tmp_path / "stopped" / ".scores").glob("*.npz"))) == 2
+    monkeypatch.setattr(swap_mod, "write_outputs", write)
+    assert swap_mod.main([*args, "--out", str(tmp_path / "stopped")]) == 0
+    assert len(calls) == 2 and not (tmp_path / "stopped" / ".scores").exists()
+    assert (json.loads((tmp_path / "stopped" / "swap.json").read_text())
+            == json.loads((tmp_path / "whole" / "swap.json").read_text()))
 
 
 def test_swap_realized_score_is_the_stored_residual(frozen_run):
