@@ -98,20 +98,19 @@
 #                                                            its records validated and its report, into
 #                                                            $OUT/verl_check.tgz
 #   bash results/paper_scale_on_gpu.sh poll SECONDS [RUN...] wait up to SECONDS for the jobs and print their progress;
-#                                                            without RUN, copy what they finished into $OUT (outputs,
-#                                                            the folder of each run started here without weights:
-#                                                            NAME.tgz; runs carried in but not started are
-#                                                            unchanged and stay) and the
-#                                                            weights of one run started here whose last checkpoint
-#                                                            has not come back yet (runs carried in but not started
-#                                                            stay where they came from), the one waiting longest,
-#                                                            where they fit the
-#                                                            call (WEIGHTS=0: none); with RUNs, only those runs'
-#                                                            NAME.tgz and NAME.actor.tgz.aa, ... of the last
-#                                                            checkpoint that has its weights (58 MB for the 0.5B:
-#                                                            one run per call, which brings back 8 files, 64 MB),
-#                                                            and the finished evaluations (eval_*.json) while the
-#                                                            call has room
+#                                                            without RUN, copy into $OUT the folder of each run
+#                                                            started here without weights (NAME.tgz; runs carried
+#                                                            in but not started are unchanged and stay), the jobs'
+#                                                            outputs (evaluations, audits, ...) not sent yet as
+#                                                            they are now, then the weights of one run started here
+#                                                            whose last checkpoint has not come back yet (the one
+#                                                            waiting longest), where they fit the call (WEIGHTS=0:
+#                                                            none); with RUNs, only those runs' NAME.tgz and
+#                                                            NAME.actor.tgz.aa, ... of the last checkpoint that has
+#                                                            its weights (58 MB for the 0.5B: one run per call,
+#                                                            which brings back 8 files, 64 MB), then the outputs not
+#                                                            sent yet while the call has room; either way the
+#                                                            outputs sent before come again where room is left
 # Settings: TRAIN_GAMES (real: the carried release's valid_train split, 200 trials of ALFWorld's training split, with
 # valid_seen for validation; generated: the carried generated games, 88-98% of whose episodes the 0.5B warm start
 # wins), DRY (set: print each job's GPU and command instead of starting it), AFTER (a job's NAME: the job started now
@@ -327,7 +326,28 @@ out_bytes() {  # what $OUT holds, in bytes
 }
 
 within() {  # FILES BYTES: $OUT with FILES more files of BYTES in all still fits a call (8 files, 62 MB with the
-    [ $(( $(ls "$OUT" | wc -l) + $1 )) -le 8 ] && [ $(( $(out_bytes) + $2 )) -le 62000000 ]  # listing)
+    [ $(( $(find "$OUT" -type f | wc -l) + $1 )) -le 8 ] && [ $(( $(out_bytes) + $2 )) -le 62000000 ]  # listing)
+}
+
+output_state() {  # PATH: the sizes and modification times of its files, what tells an output sent as it is now
+    find "$1" -type f -printf '%P %s %T@\n' 2>/dev/null | sort | md5sum | cut -c1-32
+}
+
+send_outputs() {  # new|sent: the jobs' outputs ($JOBS/out: evaluations, audits, ...) not yet sent as they are now
+    local f n b key  # (new), or those sent before (sent), each into $OUT where it still fits the call, a folder whole
+    mkdir -p $JOBS/sent
+    for f in $JOBS/out/*; do
+        [ -e "$f" ] || continue
+        key=$(output_state "$f")
+        if [ "$1" = new ]; then
+            [ "$key" != "$(cat "$JOBS/sent/$(basename "$f")" 2>/dev/null)" ] || continue
+        else
+            [ "$key" = "$(cat "$JOBS/sent/$(basename "$f")" 2>/dev/null)" ] || continue
+        fi
+        n=$(find "$f" -type f | wc -l) b=$(du -sb "$f" | cut -f1)
+        within "$n" "$b" || continue
+        cp -r "$f" "$OUT/" && echo "$key" > "$JOBS/sent/$(basename "$f")"
+    done
 }
 
 weights_held() {  # NAME CHECKPOINT: the weights of NAME's CHECKPOINT are off the machine (or came with it; an
@@ -436,7 +456,6 @@ poll)
     done
     for f in $RUNS_DIR/*/metrics.jsonl; do [ -e "$f" ] && echo "$f: $(wc -l < "$f") steps"; done
     set -- "${@:3}"  # the RUNs after SECONDS: only their folders and weights (a call brings back 8 files, 64 MB)
-    [ $# -gt 0 ] || cp -r $JOBS/out/* "$OUT/" 2>/dev/null || true
     for r in $RUNS_DIR/*/; do  # training runs: the folder without weights, and for a RUN named, the adapter and
         r=${r%/} name=$(basename "$r")  # state of its last checkpoint that has them (a later one may be half written)
         [ -f "$r/run.json" ] && [ -f "$r/metrics.jsonl" ] || continue
@@ -448,12 +467,8 @@ poll)
         (cd $RUNS_DIR && tar czf "$OUT/$name.tgz" --exclude=actor "$name")
         [ $# -eq 0 ] || weights_held "$name" "$(pack_weights "$name")"
     done
-    if [ $# -gt 0 ]; then  # with RUNs, the finished evaluations ride along while the call has room
-        for f in $JOBS/out/eval_*.json; do
-            [ -e "$f" ] && within 1 "$(stat -c %s "$f")" || break
-            cp "$f" "$OUT/"
-        done
-    fi
+    # the jobs' outputs not sent yet (as they are now) come first, while the call has room: without RUNs before the
+    send_outputs new  # weights (as many calls as it takes), with RUNs after their folders and weights
     # without RUNs: one run's newer weights ride along, so a machine lost between calls loses only the steps since
     if [ $# -eq 0 ] && [ "${WEIGHTS:-1}" != 0 ] && due=$(weights_due) && [ -n "$due" ]; then  # they last came back
         last=$(pack_weights "$due")
@@ -464,8 +479,9 @@ poll)
             weights_held "$due" "$last" && echo "weights: $due $last"
         fi
     fi
+    send_outputs sent  # and those sent before once more, where the call has room left (a reply lost on the way)
     ls -la "$OUT"
-    { pgrep -fa "training\.(evaluate|train|sft)" || echo "nothing running"; } | cut -c1-150
+    { pgrep -fa "training\.(evaluate|train|sft)|rescoring\." || echo "nothing running"; } | cut -c1-150
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null || true ;;
 *)
     echo "usage: bash results/paper_scale_on_gpu.sh prepare DIR [SERIES] | bundle DIR | carry_runs SERIES DIR |" \

@@ -296,6 +296,24 @@ def test_poll_with_a_run_brings_the_finished_evaluations_while_the_call_has_room
                                                                                       "grpo_a.tgz"]
 
 
+def test_outputs_come_back_once_before_the_weights_then_only_where_room_is_left(tmp_path):
+    """Six audit bundles and two run folders fill a call: no weights ride along. The next call, the bundles having
+    come back, brings the weights and again as many bundles as still fit; a bundle written anew is new again, and a
+    poll naming a run brings it after that run's weights."""
+    (tmp_path / "jobs" / "out").mkdir(parents=True)
+    for i in range(6):
+        (tmp_path / "jobs" / "out" / f"audit_{i}.tgz").write_bytes(bytes([i]) * 1000)
+    first = sorted(p.name for p in _poll(tmp_path, outputs=0).iterdir())
+    assert first == sorted([f"audit_{i}.tgz" for i in range(6)] + ["grpo_a.tgz", "ocsd_a.tgz"])
+    second = sorted(p.name for p in _poll(tmp_path, outputs=0).iterdir())
+    assert "grpo_a.actor.tgz.aa" in second and len(second) == 8  # 2 folders, 1 weight part, 5 bundles again
+    (tmp_path / "jobs" / "out" / "audit_5.tgz").write_bytes(b"new" * 1000)
+    third = sorted(p.name for p in _poll(tmp_path, outputs=0).iterdir())
+    assert {"audit_5.tgz", "ocsd_a.actor.tgz.aa"} <= set(third) and len(third) == 8
+    named = sorted(p.name for p in _poll(tmp_path, "grpo_a", outputs=0).iterdir())
+    assert named[:2] == ["audit_0.tgz", "audit_1.tgz"] and {"grpo_a.tgz", "grpo_a.actor.tgz.aa"} <= set(named)
+
+
 def test_the_audit_job_audits_each_checkpoint_named_into_one_bundle():
     """Each STEP its own rescoring.audit (on the GPU named, float32, without the swap), one bundle; a job without
     a STEP or with one that is no training step is refused. tests/rescoring/test_audit_pool.py runs the job."""
