@@ -279,7 +279,7 @@ def collect_audits(series: str | Path, folders: Sequence[str | Path]) -> tuple[l
             if not held or bad:
                 raise UsageError(f"{path}: not a bundle of audits ("
                                  + (f"{bad[0]} is no audit_*/ folder with an audit.json)" if bad else "empty)"))
-            unpacked.update({p.name: p for p in held})  # a later bundle's folder of the same name wins
+            unpacked.update({p.name: p for p in held})  # a folder in two bundles: the later bundle by name wins
         for name, folder in sorted(unpacked.items()):
             target = series / name
             if target.is_dir() and _same_tree(folder, target):
