@@ -14,7 +14,8 @@ under two settings, as :mod:`diagnostics.robustness` defines them: ``raw`` (the 
 ``standard`` (each signal z-scored within its checkpoint first, so that one checkpoint's shift of scale cannot rank
 its steps above another's). Intervals are percentile intervals of trajectory-cluster resamples (a trajectory is a
 run's checkpoint and ``traj_uid``, so audits never share a cluster); the signals of one comparison are evaluated on
-the same resamples. It re-scores nothing. Each audit's own numbers are kept beside the pooled ones (``audits``).
+the same resamples. It re-scores nothing. Each audit's own numbers are kept beside the pooled ones (``audits``),
+with each side's residual gain over its support computed on that audit's steps (``raw``).
 
 Writes ``audit_pool.json``, ``audit_pool.md`` and every audit's steps together (``audit_steps.csv``) into ``--out``;
 ``python -m figures.audit_pool OUT/audit_pool.json`` draws the audits and the pooled rows as a forest plot.
@@ -42,7 +43,8 @@ from ocsd.cli import emit, entry_point, fmt, format_table, write_json
 from rescoring.audit import SIDES, STEP_COLUMNS, STEPS_FILE
 from rescoring.rescore import pool_arguments
 
-__all__ = ["PROTOCOL", "SETTINGS", "main", "pool_audits", "pooled_statistics", "read_audit"]
+__all__ = ["PROTOCOL", "SETTINGS", "audit_gains_over_support", "main", "pool_audits", "pooled_statistics",
+           "read_audit"]
 
 PROTOCOL = ("view", "twin", "baseline_view", "baseline_twin")
 """The settings of ``audit.json`` that must agree between pooled audits."""
@@ -104,10 +106,7 @@ def pooled_statistics(steps: pd.DataFrame, *, n_boot: int = 1000, ci: float = 0.
     DiagnosticsError
         When the labelled steps lack valid or invalid ones (an AUROC needs both).
     """
-    lab = steps[steps["feedback_label"].isin(["valid", "invalid"])].copy()
-    lab["checkpoint"] = lab["run"].astype(str) + "/global_step_" + lab["global_step"].astype(str)
-    lab["y"] = lab["feedback_label"].eq("valid")
-    lab["cluster"] = pd.factorize(lab["checkpoint"] + "|" + lab["traj_uid"].astype(str))[0]
+    lab = _labelled(steps)
     y, clusters = lab["y"].to_numpy(), lab["cluster"].to_numpy()
     out = {"n_steps": int(len(lab)), "n_valid": int(y.sum()), "n_invalid": int((~y).sum()),
            "n_trajectories": int(clusters.max() + 1) if len(clusters) else 0,
@@ -124,22 +123,59 @@ def pooled_statistics(steps: pd.DataFrame, *, n_boot: int = 1000, ci: float = 0.
             for name, column in (("residual_gain", "S_residual"), ("support_gain", "S_full")):
                 entry[name] = paired_delta_auroc(y, scores["design"][column], scores["baseline"][column],
                                                  clusters, **kw).as_dict("delta")
-            entry["gain_over_support"] = {
-                side: paired_delta_auroc(y, scores[side]["S_residual"], scores[side]["S_full"], clusters,
-                                         **kw).as_dict("delta") for side in SIDES}
+            entry["gain_over_support"] = _gains_over_support(y, scores, clusters, **kw)
             out[setting] = entry
     return out
 
 
-def _audit_row(result: dict, folder: Path) -> dict:
-    """What one audit measured on its own, as the pooled result lists it."""
+def _labelled(steps: pd.DataFrame) -> pd.DataFrame:
+    """The valid and invalid rows of ``steps`` with their ``checkpoint``, label ``y`` (valid) and trajectory
+    ``cluster``."""
+    lab = steps[steps["feedback_label"].isin(["valid", "invalid"])].copy()
+    lab["checkpoint"] = lab["run"].astype(str) + "/global_step_" + lab["global_step"].astype(str)
+    lab["y"] = lab["feedback_label"].eq("valid")
+    lab["cluster"] = pd.factorize(lab["checkpoint"] + "|" + lab["traj_uid"].astype(str))[0]
+    return lab
+
+
+def _gains_over_support(y, scores: dict, clusters, **kw) -> dict:
+    """Each side's AUROC(residual) - AUROC(full) paired on the same resamples: ``{side: {delta, ci_low,
+    ci_high}}``."""
+    return {side: paired_delta_auroc(y, scores[side]["S_residual"], scores[side]["S_full"], clusters,
+                                     **kw).as_dict("delta") for side in SIDES}
+
+
+def audit_gains_over_support(steps: pd.DataFrame, *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> dict:
+    """Each side's residual gain over its own support on the labelled ``steps`` of one audit (``raw`` scores).
+
+    ``rescoring.audit`` writes the design minus the baseline of each signal; this is the other comparison the
+    pooled result makes, per audit, so that a design which keeps the baseline's view (its support the same by
+    construction) still shows what its twin changed about the residual's lead over the support.
+
+    Returns
+    -------
+    dict
+        ``{"baseline"|"design": {delta, ci_low, ci_high}}``; ``delta`` is nan when the steps lack a class.
+    """
+    lab = _labelled(steps)
+    y, clusters = lab["y"].to_numpy(), lab["cluster"].to_numpy()
+    scores = {side: _side_scores(lab, side, "raw") for side in SIDES}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateInputWarning)
+        return _gains_over_support(y, scores, clusters, n_boot=n_boot, ci=ci, seed=seed)
+
+
+def _audit_row(result: dict, folder: Path, steps: pd.DataFrame, **kw) -> dict:
+    """What one audit measured on its own, as the pooled result lists it (with each side's residual gain over its
+    support on the audit's own steps)."""
     signals = {side: result[side]["auroc"]["signals"] for side in SIDES}
     counts = result["baseline"]["auroc"]
     return {"folder": str(folder), "run": result["run"], "checkpoints": result["checkpoints"],
             "n_steps": counts["n_steps"], "n_valid": counts["n_valid"], "n_invalid": counts["n_invalid"],
             "dtype": result.get("dtype"), "device": result.get("device"),
             **{side: {s: signals[side][s] for s in ("full", "residual")} for side in SIDES},
-            "residual_gain": result["residual_gain"], "support_gain": result["support_gain"]}
+            "residual_gain": result["residual_gain"], "support_gain": result["support_gain"],
+            "gain_over_support": audit_gains_over_support(steps, **kw)}
 
 
 def pool_audits(folders: Sequence[str | Path], *, n_boot: int = 1000, ci: float = 0.95,
@@ -175,7 +211,7 @@ def pool_audits(folders: Sequence[str | Path], *, n_boot: int = 1000, ci: float 
               "checkpoints": [f"{run}/global_step_{step}" for run, step in seen],
               "dtypes": sorted({str(r.get("dtype")) for _, r, _ in audits}),
               **pooled_statistics(steps, n_boot=n_boot, ci=ci, seed=seed), "n_boot": n_boot, "ci": ci, "seed": seed,
-              "audits": [_audit_row(r, f) for f, r, _ in audits]}
+              "audits": [_audit_row(r, f, s, n_boot=n_boot, ci=ci, seed=seed) for f, r, s in audits]}
     return result, steps
 
 
@@ -206,10 +242,13 @@ def markdown(result: dict) -> str:
                 for s in SETTINGS], "",
               "## Each audit", "",
               "| audit | labelled (invalid) | residual, baseline | residual, design | design - baseline | "
-              "support, design - baseline |", "|---|---|---|---|---|---|",
+              "support, design - baseline | residual - support, baseline | residual - support, design |",
+              "|---|---|---|---|---|---|---|---|",
               *[f"| {a['run']} {a['checkpoints']} | {a['n_steps']} ({a['n_invalid']}) | "
                 f"{_span(a['baseline']['residual'], 'auroc')} | {_span(a['design']['residual'], 'auroc')} | "
-                f"{_span(a['residual_gain'])} | {_span(a['support_gain'])} |" for a in result["audits"]], "",
+                f"{_span(a['residual_gain'])} | {_span(a['support_gain'])} | "
+                f"{_span(a['gain_over_support']['baseline'])} | {_span(a['gain_over_support']['design'])} |"
+                for a in result["audits"]], "",
               "The forest plot is drawn by `python -m figures.audit_pool audit_pool.json`.", "",
               "![pooled audits](audit_pool.png)", ""]
     return "\n".join(lines)

@@ -122,8 +122,41 @@ def test_the_command_pools_two_audits_and_the_figure_draws_them(audits, tmp_path
     drawn = audit_pool_figure.build(out / "audit_pool.json")
     assert [p.name for p in drawn] == ["audit_pool.png", "audit_pool_fig.json"] and drawn[0].parent == out
     values = json.loads((out / "audit_pool_fig.json").read_text())
-    assert [r["value"] for r in values["residual"]][-2:] == [result["raw"]["residual_gain"]["delta"],
-                                                             result["standard"]["residual_gain"]["delta"]]
+    assert list(values) == ["residual", "support (Full)", "residual - support"]
+    assert [r["value"] for r in values["residual"]["design - baseline"]][-2:] == [
+        result["raw"]["residual_gain"]["delta"], result["standard"]["residual_gain"]["delta"]]
+    for side in ("baseline", "design"):
+        drawn = [r["value"] for r in values["residual - support"][side]]
+        assert drawn == [a["gain_over_support"][side]["delta"] for a in result["audits"]] + [
+            result[s]["gain_over_support"][side]["delta"] for s in ("raw", "standard")]
+
+
+def test_each_audits_gain_over_support_is_sklearns_on_its_own_steps(steps):
+    """Per audit, AUROC(residual) - AUROC(full) of each side on that audit's labelled steps, with an interval."""
+    one = steps[steps["run"] == "a"]
+    gains = audit_pool.audit_gains_over_support(one, n_boot=50, seed=3)
+    lab = one[one["feedback_label"] != "ambiguous"]
+    y = lab["feedback_label"].eq("valid").to_numpy()
+    for side in ("baseline", "design"):
+        expected = roc_auc_score(y, lab[f"{side}_residual"]) - roc_auc_score(y, lab[f"{side}_full"])
+        assert gains[side]["delta"] == pytest.approx(expected, abs=1e-12)
+        assert gains[side]["ci_low"] <= gains[side]["ci_high"]
+    assert gains == audit_pool.audit_gains_over_support(one, n_boot=50, seed=3)  # seeded
+
+
+def test_the_figure_leaves_out_the_support_panel_when_the_design_keeps_the_view(audits, tmp_path):
+    """A design that changes only the twin (``full`` with ``masked``) has the baseline's support by construction."""
+    result, _ = audit_pool.pool_audits(audits, n_boot=20)
+    same = {**result, "view": result["baseline_view"]}
+    assert list(audit_pool_figure.panels(same)) == ["residual", "residual - support"]
+    assert list(audit_pool_figure.panels(result)) == ["residual", "support (Full)", "residual - support"]
+    path = tmp_path / "audit_pool.json"
+    path.write_text(json.dumps(same))
+    assert [p.name for p in audit_pool_figure.build(path)] == ["audit_pool.png", "audit_pool_fig.json"]
+    older = {**result, "audits": [{k: v for k, v in a.items() if k != "gain_over_support"} for a in result["audits"]]}
+    path.write_text(json.dumps(older))
+    with pytest.raises(audit_pool_figure.FigureError, match="pool the audits again"):
+        audit_pool_figure.build(path)
 
 
 def test_one_audit_or_a_checkpoint_twice_is_refused(audits):
