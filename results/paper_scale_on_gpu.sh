@@ -66,7 +66,9 @@
 #                                                            state are packed by poll; with EVAL_AT=K it stops at
 #                                                            step K, evaluates that checkpoint as eval does
 #                                                            ($OUT/eval_NAME_stepK.json) and trains on to STEPS, all
-#                                                            on its GPU (a run resumed past K trains on)
+#                                                            on its GPU (a run resumed past K trains on); runs started
+#                                                            on a GPU that holds RUNS_PER_GPU of them already wait
+#                                                            their turn there, in the order started
 #   bash results/paper_scale_on_gpu.sh ladder NAME RUN MODEL...
 #                                                            the diagnosis of RUN's steps (a run folder of the commit)
 #                                                            by its stored scores and by each scorer MODEL
@@ -124,7 +126,9 @@
 # entropy in float32, and at the paper configs' 65,536 ran out of memory on a shared H200), JOBS (/tmp/ps_jobs) the
 # jobs' logs and exit statuses, RUNS_DIR (/tmp/runs) the training runs that poll packs, START_TRIES (4) and
 # RETRY_DELAY (60): how often and about how many seconds apart a job starts again whose vLLM start-up collided with
-# another job on its GPU.
+# another job on its GPU. RUNS_PER_GPU: how many training runs train at once on one GPU; by default the GPU's memory
+# over RUN_GIB (42: a 0.5B run at VLLM_MEM=0.15 peaked at 39.4 GiB on an H100, where two ran out of memory; one
+# H200 held three), so one on an H100 (80 GB) and three on an H200 (141 GB); without nvidia-smi, no limit.
 set -e
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
@@ -247,8 +251,18 @@ start() {  # NAME CMD: CMD in the background (setsid) on the next GPU, its outpu
     slot=${GPU:-$(( slot % gpus ))}
     [ -z "$AFTER" ] || wait="until [ -e $JOBS/$AFTER.rc ]; do sleep 10; done; [ \"\$(cat $JOBS/$AFTER.rc)\" = 0 ] || \
         { echo \"not started: $AFTER ended with status \$(cat $JOBS/$AFTER.rc)\"; exit 3; }; "
-    [ -z "$DRY" ] || { echo "GPU $slot${AFTER:+ after $AFTER}: $2"; return; }  # DRY=1: print the job, start nothing
+    local cap=""
+    [ -z "$QUEUE" ] || [ "$slot" = all ] || cap=$(runs_per_gpu "$slot")
+    if [ -n "$cap" ]; then  # a training run: it waits while RUNS_PER_GPU runs started before it on its GPU go on
+        wait+="bash $(readlink -f "$0") turn $1; "
+    fi
+    [ -z "$DRY" ] || { echo "GPU $slot${AFTER:+ after $AFTER}${cap:+ (runs: at most $cap at once)}: $2"; return; }
     rm -f $JOBS/$1.rc
+    if [ -n "$cap" ]; then
+        local seq=$(( $(cat $JOBS/queue.seq 2>/dev/null || echo 0) + 1 ))
+        echo $seq > $JOBS/queue.seq
+        echo "$slot $seq $cap" > $JOBS/$1.queue
+    fi
     local gpu_env="CUDA_VISIBLE_DEVICES=$slot" tries=${START_TRIES:-4} delay=${RETRY_DELAY:-60}
     [ "$slot" != all ] || gpu_env=""  # GPU=all: the job sees every GPU of the machine
     # a job whose vLLM start-up collided with another job's memory on its GPU starts again (a run resumes from its
@@ -258,7 +272,33 @@ start() {  # NAME CMD: CMD in the background (setsid) on the next GPU, its outpu
         pause=\$(( $delay / 2 + RANDOM % ($delay + 1) )); \
         echo \"== try \$try of $tries: vLLM's start-up collided with another job on the GPU; again in \$pause s\"; \
         sleep \$pause; done; echo \$rc > $JOBS/$1.rc" > $JOBS/$1.log 2>&1 < /dev/null &
-    echo "started $1 on GPU $slot${AFTER:+ after $AFTER}"
+    echo "started $1 on GPU $slot${AFTER:+ after $AFTER}${cap:+ (runs: at most $cap at once there)}"
+}
+
+runs_per_gpu() {  # SLOT: RUNS_PER_GPU, else the GPU's memory over RUN_GIB (at least 1); nothing without nvidia-smi
+    local mib
+    [ -z "$RUNS_PER_GPU" ] || { echo "$RUNS_PER_GPU"; return; }
+    mib=$(nvidia-smi --id="$1" --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1) || true
+    [[ "$mib" =~ ^[0-9]+$ ]] || return 0
+    echo $(( mib / 1024 / ${RUN_GIB:-42} > 1 ? mib / 1024 / ${RUN_GIB:-42} : 1 ))
+}
+
+turn() {  # NAME: wait until fewer than its cap of the runs started before it on its GPU are still going
+    local slot seq cap q other o_slot o_seq n said=""
+    read -r slot seq cap < "$JOBS/$1.queue"
+    while :; do
+        n=0
+        for q in $JOBS/*.queue; do
+            other=$(basename "$q" .queue)
+            read -r o_slot o_seq _ < "$q"
+            [ "$other" != "$1" ] && [ "$o_slot" = "$slot" ] && [ "$o_seq" -lt "$seq" ] && [ ! -e "$JOBS/$other.rc" ] \
+                && n=$((n + 1))
+        done
+        [ "$n" -lt "$cap" ] && return 0
+        [ -n "$said" ] || { said=1
+            echo "waiting for a turn on GPU $slot: $n runs started before it have not ended (at most $cap at once)"; }
+        sleep "${TURN_POLL:-10}"
+    done
 }
 
 training_games() {  # the training games of run and steps: TRAIN_GAMES=real (the carried release's valid_train
@@ -372,6 +412,8 @@ sft)
 eval)
     name=${2:?eval NAME CKPT} ckpt=${3:?eval NAME CKPT}
     start "eval_$name" "$(evaluation "eval_$name" "$ckpt")" ;;
+turn)  # used by run's jobs: wait for a turn on the GPU
+    turn "${2:?turn NAME}" ;;
 run)
     name=${2:?run NAME METHOD MODEL WARM SEED} method=${3:?run NAME METHOD MODEL WARM SEED}
     model=${4:?run NAME METHOD MODEL WARM SEED} warm=${5:?run NAME METHOD MODEL WARM SEED}
@@ -396,7 +438,7 @@ run)
     fi
     # the weights it resumes from are at hand already: poll waits for newer ones
     [ -n "$DRY" ] || weights_held "$name" "$held"
-    start "$name" "$cmd" ;;
+    QUEUE=1 start "$name" "$cmd" ;;
 steps)
     name=${2:?steps NAME MODEL [key=value...]} model=${3:?steps NAME MODEL [key=value...]}
     shift 3

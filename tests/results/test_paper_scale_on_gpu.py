@@ -555,3 +555,63 @@ def test_an_eval_at_that_is_not_a_step_before_steps_is_refused(tmp_path, eval_at
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and f"EVAL_AT must be a training step before STEPS (6), not '{eval_at}'" in done.stderr
     assert not (tmp_path / "jobs").exists()
+
+
+def _stand_in_slow_train(tmp_path, fail: str = ""):
+    """``training.train`` in ``tmp_path`` that logs ``start NAME`` and ``end NAME`` around a short pause into
+    ``order.txt`` (the run ``fail`` ends with status 1), to follow which runs train at once on a GPU."""
+    pkg = tmp_path / "training"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(
+        "import pathlib, sys, time\n"
+        "args = dict(a.split('=', 1) for a in sys.argv[1:] if '=' in a and not a.startswith('-'))\n"
+        "name = args['run_name']\n"
+        "with open('order.txt', 'a') as f: f.write(f'start {name}\\n')\n"
+        "time.sleep(1.0)\n"
+        "with open('order.txt', 'a') as f: f.write(f'end {name}\\n')\n"
+        f"sys.exit(1 if name == {fail!r} else 0)\n")
+    return tmp_path / "order.txt"
+
+
+@pytest.mark.parametrize("fail", ["", "r1"])
+def test_runs_on_a_gpu_past_runs_per_gpu_wait_their_turn_in_the_order_started(tmp_path, fail):
+    """RUNS_PER_GPU=1: three runs started on one GPU train one after the other, each once the one before has ended,
+    well or not (unlike AFTER, a failed run does not stop the next)."""
+    order = _stand_in_slow_train(tmp_path, fail)
+    env = {"PATH": "/usr/bin:/bin", "GPUS": "1", "GPU": "0", "JOBS": str(tmp_path / "jobs"),
+           "OUT": str(tmp_path / "out"), "RUNS_DIR": str(tmp_path / "runs"), "RUNS_PER_GPU": "1", "TURN_POLL": "0.2",
+           "START_TRIES": "1"}
+    (tmp_path / "out").mkdir()
+
+    def script(*args):
+        return subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    for name in ("r1", "r2", "r3"):
+        started = script("run", name, "grpo", "m", "W", "1")
+        assert f"started {name} on GPU 0 (runs: at most 1 at once there)" in started.stdout, started.stderr
+    polled = script("poll", "100")
+    assert "== r3: 0" in polled.stdout and f"== r1: {1 if fail else 0}" in polled.stdout, polled.stdout
+    assert order.read_text().split("\n")[:-1] == ["start r1", "end r1", "start r2", "end r2", "start r3", "end r3"]
+    assert "waiting for a turn on GPU 0: 2 runs started before it have not ended (at most 1 at once)" in (
+        tmp_path / "jobs" / "r3.log").read_text()
+
+
+@pytest.mark.parametrize("mib, cap", [("81559", "1"), ("143771", "3"), (None, None)])
+def test_runs_per_gpu_follows_the_gpus_memory(tmp_path, mib, cap):
+    """Without RUNS_PER_GPU: an H100's 80 GB take one run at a time, an H200's 141 GB three; without nvidia-smi
+    (no GPU to ask) no limit. Evaluations and audits never wait for a turn."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if mib is not None:
+        (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\necho {mib}\n")
+        (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DRY": "1", "GPUS": "1", "GPU": "0", "JOBS": str(tmp_path / "jobs")}
+    run = subprocess.run(["bash", str(SCRIPT), "run", "r", "grpo", "m", "W", "1"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert (f"GPU 0 (runs: at most {cap} at once):" in run.stdout) if cap else ("at most" not in run.stdout)
+    evaluation = subprocess.run(["bash", str(SCRIPT), "eval", "e", "/ckpt"], cwd=ROOT, env=env, capture_output=True,
+                                text=True, timeout=60)
+    assert "at most" not in evaluation.stdout and "turn" not in evaluation.stdout
