@@ -77,11 +77,12 @@ def panels(result: Mapping) -> dict[str, dict[str, list[dict]]]:
     return out
 
 
-def _draw_series(ax, drawn: list[dict], *, color: str, offset: float, label: str | None) -> None:
+def _draw_series(ax, drawn: list[dict], *, color: str, pooled_color: str, offset: float, label: str | None) -> None:
+    """One series of rows: circles for the audits, diamonds in ``pooled_color`` for the pooled rows."""
     for y, row in enumerate(drawn):
         ax.errorbar([row["value"]], [-y + offset], xerr=[[row["value"] - row["low"]], [row["high"] - row["value"]]],
                     fmt="D" if row["pooled"] else "o", ms=6 if row["pooled"] else 4,
-                    color="#C44E52" if row["pooled"] and label is None else color, lw=1.3, capsize=2.5,
+                    color=pooled_color if row["pooled"] else color, lw=1.3, capsize=2.5,
                     label=label if y == 0 else None)
 
 
@@ -96,8 +97,11 @@ def draw(result: Mapping):
         ax.set_gid(name)
         two = len(series) > 1
         for i, (what, drawn) in enumerate(series.items()):
-            _draw_series(ax, drawn, color=SIDE_COLORS.get(what, "#4C72B0"), offset=(0.15 - 0.3 * i) if two else 0.0,
-                         label=what if two else None)
+            if two:  # the sides of gain_over_support, each in its colour, pooled rows too
+                _draw_series(ax, drawn, color=SIDE_COLORS[what], pooled_color=SIDE_COLORS[what], offset=0.15 - 0.3 * i,
+                             label=what)
+            else:
+                _draw_series(ax, drawn, color="#4C72B0", pooled_color="#C44E52", offset=0.0, label=None)
         ax.axvline(0.0, color="#333333", lw=0.8, ls="--")
         ax.axhline(-(len(result["audits"]) - 0.5), color="#999999", lw=0.6)
         ax.set_title(f"{name}: AUROC, " + ("each side" if two else "design - baseline"), fontsize=10)
@@ -113,7 +117,7 @@ def draw(result: Mapping):
     title = (f"{result['view']} (twin {result['twin']}) against {result['baseline_view']} "
              f"(twin {result['baseline_twin']})")
     if result["view"] == result["baseline_view"]:
-        title += ": the same Full view, so the support does not change"
+        title += f": the same {result['view']} view, so the support does not change"
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return fig, data
