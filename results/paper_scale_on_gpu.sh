@@ -249,15 +249,17 @@ start() {  # NAME CMD: CMD in the background (setsid) on the next GPU, its outpu
     mkdir -p $JOBS/out
     slot=$(ls $JOBS/*.log 2>/dev/null | wc -l)
     slot=${GPU:-$(( slot % gpus ))}
-    [ -z "$AFTER" ] || wait="until [ -e $JOBS/$AFTER.rc ]; do sleep 10; done; [ \"\$(cat $JOBS/$AFTER.rc)\" = 0 ] || \
-        { echo \"not started: $AFTER ended with status \$(cat $JOBS/$AFTER.rc)\"; exit 3; }; "
+    [ -z "$AFTER" ] || wait="until [ -e $JOBS/$AFTER.rc ] || { p=\$(cat $JOBS/$AFTER.pid 2>/dev/null) && \
+        ! kill -0 \$p 2>/dev/null; }; do sleep 10; done; [ \"\$(cat $JOBS/$AFTER.rc 2>/dev/null)\" = 0 ] || \
+        { echo \"not started: $AFTER ended with status \$(cat $JOBS/$AFTER.rc 2>/dev/null || echo none: stopped)\"; \
+        exit 3; }; "
     local cap=""
     [ -z "$QUEUE" ] || [ "$slot" = all ] || cap=$(runs_per_gpu "$slot")
     if [ -n "$cap" ]; then  # a training run: it waits while RUNS_PER_GPU runs started before it on its GPU go on
         wait+="bash $(readlink -f "$0") turn $1; "
     fi
     [ -z "$DRY" ] || { echo "GPU $slot${AFTER:+ after $AFTER}${cap:+ (runs: at most $cap at once)}: $2"; return; }
-    rm -f $JOBS/$1.rc
+    rm -f $JOBS/$1.rc $JOBS/$1.pid
     if [ -n "$cap" ]; then
         local seq=$(( $(cat $JOBS/queue.seq 2>/dev/null || echo 0) + 1 ))
         echo $seq > $JOBS/queue.seq
@@ -267,7 +269,7 @@ start() {  # NAME CMD: CMD in the background (setsid) on the next GPU, its outpu
     [ "$slot" != all ] || gpu_env=""  # GPU=all: the job sees every GPU of the machine
     # a job whose vLLM start-up collided with another job's memory on its GPU starts again (a run resumes from its
     # last checkpoint) after DELAY/2 to 3 DELAY/2 seconds, up to TRIES times in all; any other failure is final
-    env $gpu_env setsid bash -c "for try in \$(seq $tries); do ( $wait$2 ) 2>&1 | tee $JOBS/$1.try; \
+    env $gpu_env setsid bash -c "echo \$\$ > $JOBS/$1.pid; for try in \$(seq $tries); do ( $wait$2 ) 2>&1 | tee $JOBS/$1.try; \
         rc=\${PIPESTATUS[0]}; [ \$rc != 0 ] && [ \$try -lt $tries ] && grep -Eq '$VLLM_COLLISION' $JOBS/$1.try || break; \
         pause=\$(( $delay / 2 + RANDOM % ($delay + 1) )); \
         echo \"== try \$try of $tries: vLLM's start-up collided with another job on the GPU; again in \$pause s\"; \
@@ -283,6 +285,19 @@ runs_per_gpu() {  # SLOT: RUNS_PER_GPU, else the GPU's memory over RUN_GIB (at l
     echo $(( mib / 1024 / ${RUN_GIB:-42} > 1 ? mib / 1024 / ${RUN_GIB:-42} : 1 ))
 }
 
+going() {  # JOB: it has not ended: no status yet, and its shell (JOB.pid, written as it starts) not stopped (a job
+    # killed from outside, or lost with its shell, writes no status and would hold its turn and the polls for ever)
+    local pid
+    [ ! -e "$JOBS/$1.rc" ] || return 1
+    pid=$(cat "$JOBS/$1.pid" 2>/dev/null) || return 0  # not yet started
+    kill -0 "$pid" 2>/dev/null
+}
+
+status_of() {  # JOB: its exit status, "running", or "stopped without a status" (killed)
+    if [ -e "$JOBS/$1.rc" ]; then cat "$JOBS/$1.rc"; elif going "$1"; then echo running
+    else echo "stopped without a status (killed?)"; fi
+}
+
 turn() {  # NAME: wait until fewer than its cap of the runs started before it on its GPU are still going
     local slot seq cap q other o_slot o_seq n said=""
     read -r slot seq cap < "$JOBS/$1.queue"
@@ -291,8 +306,7 @@ turn() {  # NAME: wait until fewer than its cap of the runs started before it on
         for q in $JOBS/*.queue; do
             other=$(basename "$q" .queue)
             read -r o_slot o_seq _ < "$q"
-            [ "$other" != "$1" ] && [ "$o_slot" = "$slot" ] && [ "$o_seq" -lt "$seq" ] && [ ! -e "$JOBS/$other.rc" ] \
-                && n=$((n + 1))
+            [ "$other" != "$1" ] && [ "$o_slot" = "$slot" ] && [ "$o_seq" -lt "$seq" ] && going "$other" && n=$((n + 1))
         done
         [ "$n" -lt "$cap" ] && return 0
         [ -n "$said" ] || { said=1
@@ -487,11 +501,12 @@ verl_check)
         cd $RUNS_DIR && tar czf $JOBS/out/verl_check.tgz --exclude=actor --exclude=batches verl_check" ;;
 poll)
     end=$(( T0 + ${2:-500} ))
-    running() { for log in $JOBS/*.log; do [ -e "$log" ] && [ ! -e "${log%.log}.rc" ] && return 0; done; return 1; }
+    running() { for log in $JOBS/*.log; do [ -e "$log" ] && going "$(basename "$log" .log)" && return 0; done
+                return 1; }
     while running && [ "$(date +%s)" -lt $end ]; do sleep 10; done
     for log in $JOBS/*.log; do
         [ -e "$log" ] || continue
-        echo "== $(basename "$log" .log): $(cat "${log%.log}.rc" 2>/dev/null || echo running)"
+        echo "== $(basename "$log" .log): $(status_of "$(basename "$log" .log)")"
         grep -v "Loading weights\|Writing model shards" "$log" \
             | grep -m3 -i "error\|Traceback\|Killed\|going on without it" || true  # the last: a GpuShare wait timed out
         grep -v "Loading weights\|Writing model shards" "$log" | tail -4 | cut -c1-400

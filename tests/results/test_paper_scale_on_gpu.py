@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -557,9 +560,9 @@ def test_an_eval_at_that_is_not_a_step_before_steps_is_refused(tmp_path, eval_at
     assert not (tmp_path / "jobs").exists()
 
 
-def _stand_in_slow_train(tmp_path, fail: str = ""):
-    """``training.train`` in ``tmp_path`` that logs ``start NAME`` and ``end NAME`` around a short pause into
-    ``order.txt`` (the run ``fail`` ends with status 1), to follow which runs train at once on a GPU."""
+def _stand_in_slow_train(tmp_path, fail: str = "", pause: float = 1.0):
+    """``training.train`` in ``tmp_path`` that logs ``start NAME`` and ``end NAME`` around a pause of ``pause``
+    seconds into ``order.txt`` (the run ``fail`` ends with status 1), to follow which runs train at once on a GPU."""
     pkg = tmp_path / "training"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -568,7 +571,7 @@ def _stand_in_slow_train(tmp_path, fail: str = ""):
         "args = dict(a.split('=', 1) for a in sys.argv[1:] if '=' in a and not a.startswith('-'))\n"
         "name = args['run_name']\n"
         "with open('order.txt', 'a') as f: f.write(f'start {name}\\n')\n"
-        "time.sleep(1.0)\n"
+        f"time.sleep({pause})\n"
         "with open('order.txt', 'a') as f: f.write(f'end {name}\\n')\n"
         f"sys.exit(1 if name == {fail!r} else 0)\n")
     return tmp_path / "order.txt"
@@ -596,6 +599,41 @@ def test_runs_on_a_gpu_past_runs_per_gpu_wait_their_turn_in_the_order_started(tm
     assert order.read_text().split("\n")[:-1] == ["start r1", "end r1", "start r2", "end r2", "start r3", "end r3"]
     assert "waiting for a turn on GPU 0: 2 runs started before it have not ended (at most 1 at once)" in (
         tmp_path / "jobs" / "r3.log").read_text()
+
+
+def test_a_job_stopped_from_outside_neither_holds_its_turn_nor_its_followers_nor_the_polls(tmp_path):
+    """A run killed with its process group writes no status: the run waiting for its turn starts, a job AFTER it is
+    not started (it did not end well), and poll says it stopped rather than waiting on it until its deadline."""
+    order = _stand_in_slow_train(tmp_path, pause=60.0)
+    env = {"PATH": "/usr/bin:/bin", "GPUS": "1", "GPU": "0", "JOBS": str(tmp_path / "jobs"),
+           "OUT": str(tmp_path / "out"), "RUNS_DIR": str(tmp_path / "runs"), "RUNS_PER_GPU": "1", "TURN_POLL": "0.2",
+           "START_TRIES": "1"}
+    (tmp_path / "out").mkdir()
+
+    def script(*args, **extra):
+        return subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, env={**env, **extra}, capture_output=True,
+                              text=True, timeout=120)
+
+    jobs = tmp_path / "jobs"
+    assert "started r1" in script("run", "r1", "grpo", "m", "W", "1").stdout
+    assert "started eval_e1" in script("eval", "e1", "/ckpt", AFTER="r1").stdout
+    deadline = time.monotonic() + 30
+    while "start r1" not in (order.read_text() if order.exists() else ""):
+        assert time.monotonic() < deadline, (jobs / "r1.log").read_text()
+        time.sleep(0.1)
+    r1 = int((jobs / "r1.pid").read_text())
+    assert "started r2" in script("run", "r2", "grpo", "m", "W", "1").stdout
+    os.killpg(r1, signal.SIGKILL)  # its shell leads its own process group (setsid)
+    while "start r2" not in order.read_text():
+        assert time.monotonic() < deadline, (jobs / "r2.log").read_text()
+        time.sleep(0.1)
+    os.killpg(int((jobs / "r2.pid").read_text()), signal.SIGKILL)
+    began = time.monotonic()
+    polled = script("poll", "100")
+    assert time.monotonic() - began < 60, "poll waited on stopped jobs"
+    assert "== r1: stopped without a status" in polled.stdout and "== r2: stopped without a status" in polled.stdout
+    assert "== eval_e1: 3" in polled.stdout and "not started: r1 ended with status none: stopped" in polled.stdout
+    assert not (jobs / "r1.rc").exists()
 
 
 @pytest.mark.parametrize("mib, cap", [("81559", "1"), ("143771", "3"), (None, None)])
