@@ -249,10 +249,7 @@ start() {  # NAME CMD: CMD in the background (setsid) on the next GPU, its outpu
     mkdir -p $JOBS/out
     slot=$(ls $JOBS/*.log 2>/dev/null | wc -l)
     slot=${GPU:-$(( slot % gpus ))}
-    [ -z "$AFTER" ] || wait="until [ -e $JOBS/$AFTER.rc ] || { p=\$(cat $JOBS/$AFTER.pid 2>/dev/null) && \
-        ! kill -0 \$p 2>/dev/null; }; do sleep 10; done; [ \"\$(cat $JOBS/$AFTER.rc 2>/dev/null)\" = 0 ] || \
-        { echo \"not started: $AFTER ended with status \$(cat $JOBS/$AFTER.rc 2>/dev/null || echo none: stopped)\"; \
-        exit 3; }; "
+    [ -z "$AFTER" ] || wait="bash $(readlink -f "$0") after $AFTER || exit 3; "
     local cap=""
     [ -z "$QUEUE" ] || [ "$slot" = all ] || cap=$(runs_per_gpu "$slot")
     if [ -n "$cap" ]; then  # a training run: it waits while RUNS_PER_GPU runs started before it on its GPU go on
@@ -296,6 +293,13 @@ going() {  # JOB: it has not ended: no status yet, and its shell (JOB.pid, writt
 status_of() {  # JOB: its exit status, "running", or "stopped without a status" (killed)
     if [ -e "$JOBS/$1.rc" ]; then cat "$JOBS/$1.rc"; elif going "$1"; then echo running
     else echo "stopped without a status (killed?)"; fi
+}
+
+after() {  # JOB: wait until JOB has ended; fail (status 3) unless it ended well
+    while going "$1"; do sleep "${AFTER_POLL:-10}"; done
+    [ "$(cat "$JOBS/$1.rc" 2>/dev/null)" = 0 ] && return 0
+    echo "not started: $1 ended with status $(cat "$JOBS/$1.rc" 2>/dev/null || echo none: stopped)"
+    return 3
 }
 
 turn() {  # NAME: wait until fewer than its cap of the runs started before it on its GPU are still going
@@ -428,6 +432,8 @@ eval)
     start "eval_$name" "$(evaluation "eval_$name" "$ckpt")" ;;
 turn)  # used by run's jobs: wait for a turn on the GPU
     turn "${2:?turn NAME}" ;;
+after)  # used by jobs started with AFTER=JOB: wait for JOB to end well
+    after "${2:?after JOB}" ;;
 run)
     name=${2:?run NAME METHOD MODEL WARM SEED} method=${3:?run NAME METHOD MODEL WARM SEED}
     model=${4:?run NAME METHOD MODEL WARM SEED} warm=${5:?run NAME METHOD MODEL WARM SEED}
