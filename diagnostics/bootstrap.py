@@ -27,6 +27,7 @@ __all__ = [
     "BootstrapResult",
     "bootstrap_auroc",
     "paired_delta_auroc",
+    "auroc_contrast",
 ]
 
 
@@ -156,12 +157,14 @@ class BootstrapResult:
         return {key: self.estimate, "ci_low": self.ci_low, "ci_high": self.ci_high}
 
 
-def bootstrap_result(point: float, reps: np.ndarray, ci: float) -> BootstrapResult:
+def bootstrap_result(point: float, reps: np.ndarray, ci: float, *, stacklevel: int = 3) -> BootstrapResult:
+    """The estimate ``point`` with the percentile interval of ``reps`` (nan replicates ignored, with a warning at
+    ``stacklevel``)."""
     reps = np.asarray(reps, dtype=np.float64)
     n_ok = int(np.isfinite(reps).sum())
     if n_ok < reps.size:
         warnings.warn(f"{reps.size - n_ok} of {reps.size} bootstrap resamples were degenerate and are ignored",
-                      DegenerateInputWarning, stacklevel=3)
+                      DegenerateInputWarning, stacklevel=stacklevel)
     low, high = percentile_ci(reps, ci=ci)
     return BootstrapResult(float(point), float(low), float(high), int(reps.size), n_ok)
 
@@ -238,16 +241,59 @@ def paired_delta_auroc(y_true, score_a, score_b, clusters, *, n_boot: int = 1000
     Both AUROCs are computed on the same resampled clusters; the interval is the percentile
     interval of the per-resample differences. Parameters as in :func:`bootstrap_auroc`.
     """
+    return _contrast(y_true, np.column_stack([score_a, score_b]), np.array([1.0, -1.0]), clusters, n_boot=n_boot,
+                     ci=ci, strata=strata, seed=seed, what="delta AUROC")
+
+
+def auroc_contrast(y_true, scores, weights, clusters, *, n_boot: int = 1000, ci: float = 0.95, strata=None,
+                   seed=None) -> BootstrapResult:
+    """A linear combination ``sum_j weights[j] * AUROC(scores[:, j])`` with a paired cluster-bootstrap interval.
+
+    Every AUROC is computed on the same resampled clusters, so a difference of differences, e.g.
+    ``[AUROC(e_A) - AUROC(F_A)] - [AUROC(e_B) - AUROC(F_B)]`` for two scorer models A and B of the same steps
+    (weights ``(1, -1, -1, 1)``), carries the pairing of all four.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        Binary labels (1 = positive).
+    scores : array-like of shape (n, k)
+        The k signals.
+    weights : array-like of shape (k,)
+        Weight of each signal's AUROC.
+    clusters, n_boot, ci, strata, seed
+        As in :func:`bootstrap_auroc`.
+
+    Returns
+    -------
+    BootstrapResult
+        nan (with a :class:`~diagnostics.stats.DegenerateInputWarning`) when the sample is empty or one class is
+        missing.
+
+    Raises
+    ------
+    ValueError
+        ``scores`` is not 2-D or ``weights`` does not have one entry per column.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    if scores.ndim != 2 or weights.shape != (scores.shape[1],):
+        raise ValueError(f"scores must have shape (n, k) and weights (k,); got {scores.shape} and {weights.shape}")
+    return _contrast(y_true, scores, weights, clusters, n_boot=n_boot, ci=ci, strata=strata, seed=seed,
+                     what="the AUROC contrast")
+
+
+def _contrast(y_true, scores, weights, clusters, *, n_boot, ci, strata, seed, what) -> BootstrapResult:
     codes = _check_inputs(y_true, clusters)
     if codes.size == 0:
-        warnings.warn("empty sample: delta AUROC is undefined, returning nan", DegenerateInputWarning, stacklevel=2)
+        warnings.warn(f"empty sample: {what} is undefined, returning nan", DegenerateInputWarning, stacklevel=3)
         return BootstrapResult(np.nan, np.nan, np.nan, n_boot, 0)
-    engine = AurocEngine(y_true, np.column_stack([score_a, score_b]), codes)
+    engine = AurocEngine(y_true, scores, codes)
     point = engine.evaluate(np.ones((1, engine.n_clusters)), warn=False)[0]
     if np.isnan(point).any():
-        warnings.warn("only one class present; delta AUROC is undefined, returning nan", DegenerateInputWarning,
-                      stacklevel=2)
+        warnings.warn(f"only one class present; {what} is undefined, returning nan", DegenerateInputWarning,
+                      stacklevel=3)
         return BootstrapResult(np.nan, np.nan, np.nan, n_boot, 0)
-    reps = np.vstack([engine.evaluate(c, warn=False) for c in iter_cluster_counts(
+    reps = np.vstack([engine.evaluate(c, warn=False).reshape(len(c), -1) for c in iter_cluster_counts(
         engine.n_clusters, n_boot=n_boot, strata=_cluster_strata(codes, strata), seed=seed)])
-    return bootstrap_result(point[0] - point[1], reps[:, 0] - reps[:, 1], ci)
+    return bootstrap_result(point @ weights, reps @ weights, ci, stacklevel=4)
