@@ -11,7 +11,9 @@ can be built over several sessions), then the whole battery runs on them:
 - the AUROCs within strata of evidence length and their paired difference (:func:`diagnostics.strata.strata_auroc`);
 - D per functional role (:func:`diagnostics.dratio.dratio`) and the tails' top words (:func:`diagnostics.tails.tails`);
 - the observation swap with the scorer's own weights (:func:`rescoring.swap.swap_analysis`; ``--no-swap`` skips it),
-  whose scores are kept in ``OUT/<model>/<run>/swap/`` and reused like the re-scorings.
+  whose scores are kept in ``OUT/<model>/<run>/swap/`` and reused like the re-scorings;
+- between every two rungs, on the steps both hold, the paired differences of the AUROCs and of Delta AUROC (raw):
+  whether the residual's gain over Full changes with the scorer (:func:`diagnostics.scorers.scorer_contrasts`).
 
 Each is computed on the steps of all runs pooled (clusters are trajectories of a checkpoint of a run) and per run.
 ``--model stored`` adds the runs' own stored scores (the policy that generated the steps, on-policy) as a rung
@@ -37,7 +39,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from diagnostics import auroc, dratio, robustness, strata, tails
+from diagnostics import auroc, dratio, robustness, scorers, strata, tails
 from diagnostics.load import DiagnosticsError, load
 from diagnostics.options import add_bootstrap_options, show_progress
 from diagnostics.stats import DegenerateInputWarning
@@ -47,7 +49,7 @@ from rescoring.rescore import check_bootstrap, check_weights_flags, parse_steps,
 from rescoring.rescore_run import rescore_run
 from rescoring.swap import swap_analysis, swap_auroc, swap_drop, write_outputs
 
-__all__ = ["STORED", "model_slug", "battery", "ladder", "table", "main"]
+__all__ = ["STORED", "model_slug", "battery", "paired", "ladder", "table", "main"]
 
 STORED = "stored"
 """The ``--model`` that stands for the runs' own stored scores."""
@@ -143,6 +145,24 @@ def _swap(folders: dict[str, Path], model: str, steps, *, device, dtype, donors,
             "per_run": per_run}
 
 
+def _checkpoints(folder: Path, steps) -> list[Path]:
+    """What the diagnostics load of a run or its re-scoring: the wanted checkpoints, or all of it."""
+    return [folder / f"global_step_{s}" for s in steps] if steps else [folder]
+
+
+def _rung_paths(rung: dict, steps) -> list[Path]:
+    return [p for folder in rung["folders"].values() for p in _checkpoints(Path(folder), steps)]
+
+
+def paired(rung_a: dict, rung_b: dict, steps, *, n_boot: int, ci: float, seed: int) -> dict:
+    """Rung A - rung B on the steps both scored, paired (:func:`diagnostics.scorers.scorer_contrasts`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateInputWarning)
+        result = scorers.scorer_contrasts(load(_rung_paths(rung_a, steps)), load(_rung_paths(rung_b, steps)),
+                                          n_boot=n_boot, ci=ci, seed=seed)
+    return {"a": rung_a["model"], "b": rung_b["model"], **result}
+
+
 def _rung(model: str, runs: Sequence[Path], out: Path, steps, *, device, dtype, swap: bool, donors: int,
           per_category: int, n_boot: int, ci: float, seed: int, progress: bool) -> dict:
     """One model's rung: its re-scored runs (scored now or reused) and every statistic of them."""
@@ -157,14 +177,11 @@ def _rung(model: str, runs: Sequence[Path], out: Path, steps, *, device, dtype, 
                             dtype=dtype, progress=progress)
         params = _parameters(next(iter(folders.values())))
     score_s = time.perf_counter() - t0
-    def checkpoints(folder: Path) -> list[Path]:  # what the diagnostics load of a run: its steps, or all of it
-        return [folder / f"global_step_{s}" for s in steps] if steps else [folder]
-
-    paths = [p for folder in folders.values() for p in checkpoints(folder)]
+    paths = [p for folder in folders.values() for p in _checkpoints(folder, steps)]
     rung = {"model": model, "parameters": params, "folders": {k: str(v) for k, v in folders.items()},
             "pooled": battery(paths, n_boot=n_boot, ci=ci, seed=seed), "per_run": {}}
     for run, folder in folders.items():
-        part = checkpoints(folder)
+        part = _checkpoints(folder, steps)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateInputWarning)
             data = load(part)
@@ -192,17 +209,19 @@ def ladder(runs: Sequence[str | Path], models: Sequence[str], out: str | Path, *
             raise DiagnosticsError(f"--run: {r} is not a folder")
     out.mkdir(parents=True, exist_ok=True)
     result = {"runs": [str(r) for r in runs], "models": list(models), "ckpt_steps": ckpt_steps, "n_boot": n_boot,
-              "ci": ci, "seed": seed, "device": device, "dtype": dtype, "rungs": {}}
+              "ci": ci, "seed": seed, "device": device, "dtype": dtype, "rungs": {}, "paired": []}
     for model in models:
-        result["rungs"][model] = _rung(model, runs, out, ckpt_steps, device=device, dtype=dtype, swap=swap,
-                                       donors=donors, per_category=per_category, n_boot=n_boot, ci=ci, seed=seed,
-                                       progress=progress)
+        rung = _rung(model, runs, out, ckpt_steps, device=device, dtype=dtype, swap=swap, donors=donors,
+                     per_category=per_category, n_boot=n_boot, ci=ci, seed=seed, progress=progress)
+        result["paired"] += [paired(rung, earlier, ckpt_steps, n_boot=n_boot, ci=ci, seed=seed)
+                             for earlier in result["rungs"].values()]
+        result["rungs"][model] = rung
         write_json(out / "ladder.json", result)  # what is done so far survives a later failure
     return result
 
 
 def table(result: dict) -> str:
-    """The pooled AUROCs, Delta AUROCs and swap drop of each rung."""
+    """The pooled AUROCs, Delta AUROCs and swap drop of each rung, then every two rungs paired."""
     rows = []
     for model, rung in result["rungs"].items():
         p = rung["pooled"]
@@ -212,9 +231,18 @@ def table(result: dict) -> str:
         rows.append([model, rung["parameters"] or "", cell(sig["ablated"]), cell(sig["full"]), cell(sig["residual"]),
                      cell(rob["raw"], "delta"), cell(rob["matched"], "delta"), cell(st["delta"]["within"], "delta"),
                      cell(swap["drop"], "delta") if swap else "", p["auroc"]["n_steps"]])
-    return format_table(["model", "parameters", "ablated", "full", "residual", "dAUROC raw", "dAUROC matched",
+    text = format_table(["model", "parameters", "ablated", "full", "residual", "dAUROC raw", "dAUROC matched",
                          "dAUROC within strata", "swap drop", "steps"], rows,
                         title="Feedback AUROC and Delta AUROC (residual - full) by scorer model, runs pooled")
+    pairs = result.get("paired") or []
+    if not pairs:
+        return text
+    cell = lambda d: f"{fmt(d['delta'])} [{fmt(d['ci_low'])}, {fmt(d['ci_high'])}]"  # noqa: E731
+    rows = [[f"{p['a']} - {p['b']}", cell(p["contrasts"]["full"]), cell(p["contrasts"]["residual"]),
+             cell(p["contrasts"]["delta"]), p["n_steps"]] for p in pairs]
+    return text + "\n\n" + format_table(
+        ["scorers", "full", "residual", "dAUROC raw", "steps"], rows,
+        title="Paired across scorers on the same steps: the change of each AUROC and of Delta AUROC")
 
 
 def _parser() -> argparse.ArgumentParser:

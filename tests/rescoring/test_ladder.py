@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from diagnostics import auroc, strata
+from diagnostics import auroc, scorers, strata
 from diagnostics.load import DiagnosticsError, load
 from figures import ladder as ladder_fig
 from rescoring.ladder import STORED, ladder, main, model_slug
@@ -43,6 +43,21 @@ def test_every_rung_is_the_battery_of_its_own_scores(built, frozen_run):
     for signal in ("ablated", "full", "residual"):
         assert own[signal]["auroc"] == pytest.approx(stored[signal]["auroc"], abs=0.02)
     assert result["rungs"][models[2]]["parameters"] > 0
+
+
+def test_every_two_rungs_are_paired_on_their_shared_steps(built, frozen_run):
+    out, models, result = built
+    assert [(p["a"], p["b"]) for p in result["paired"]] == [(models[1], models[0]), (models[2], models[0]),
+                                                            (models[2], models[1])]
+    folder = lambda m: frozen_run if m == STORED else out / model_slug(m) / frozen_run.name  # noqa: E731
+    for pair in result["paired"]:
+        a, b = ([folder(m) / f"global_step_{s}" for s in (1, 2)] for m in (pair["a"], pair["b"]))
+        want = scorers.scorer_contrasts(load(a), load(b), n_boot=40, seed=0)
+        assert pair == json.loads(json.dumps({"a": pair["a"], "b": pair["b"], **want}))
+        assert pair["only_a"] == pair["only_b"] == 0  # a re-scoring holds every step of the run
+    # the run's own weights against its stored scores: the same scores up to the scorer's numerics
+    own = result["paired"][0]["contrasts"]
+    assert all(abs(own[name]["delta"]) < 0.02 for name in scorers.CONTRASTS)
 
 
 def test_a_second_ladder_reuses_the_rescorings(built, frozen_run, monkeypatch):
