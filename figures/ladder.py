@@ -4,8 +4,10 @@ Three panels, one group of bars per rung (the runs' own stored scores first, the
 (a) feedback AUROC of the Ablated, Full and residual step scores, all runs pooled, with the paper's three values
 beside them (its Fig. 2c, a Qwen3 policy scoring its own steps); (b) the paired Delta AUROC, residual - Full: raw,
 matched (stage x operator) and within strata of evidence length; (c) the observation swap's drop in the AUROC of the
-residual magnitude (realized - swapped), with the paper's drops of Qwen3-1.7B, 4B and 8B. Whiskers are the
-ladder's trajectory-cluster bootstrap intervals; the values drawn are written to ``ladder_fig.json``.
+residual magnitude (realized - swapped), with the paper's drops of Qwen3-1.7B, 4B and 8B; and where the ladder
+paired its rungs, (d) every two rungs paired on the same steps: the change of Full's and the residual's AUROC and of
+Delta AUROC (residual - Full), later rung minus earlier. Whiskers are the ladder's trajectory-cluster bootstrap
+intervals; the values drawn are written to ``ladder_fig.json``.
 
 Command::
 
@@ -30,6 +32,8 @@ NAME = "ladder"
 SIGNALS = {"ablated": ("Ablated", "#999999"), "full": ("Full", "#4C72B0"), "residual": ("Residual", "#C44E52")}
 DELTAS = {"raw": ("raw", "#C44E52"), "matched": ("matched", "#DD8452"), "within": ("within strata", "#8172B3")}
 PAPER_LABEL = "paper\n(Qwen3)"
+CHANGES = {"full": ("Full", "#4C72B0"), "residual": ("Residual", "#C44E52"),
+           "delta": ("residual - Full", "#8172B3")}
 
 
 def rung_label(model: str, parameters) -> str:
@@ -54,14 +58,21 @@ def _order(rungs: dict) -> list[str]:
     return [m for _, m in sorted(enumerate(rungs), key=key)]
 
 
+def pair_label(a: str, b: str) -> str:
+    """``qwen2.5-coder-1.5b\n- policy`` for the pair A - B of two rungs."""
+    short = lambda m: rung_label(m, None).split("\n")[0]  # noqa: E731
+    return f"{short(a)}\n- {short(b)}"
+
+
 def _entry(d: dict | None, key: str) -> tuple:
     d = d or {}
     return d.get(key), d.get("ci_low"), d.get("ci_high")
 
 
 def panels(ladder: dict) -> dict:
-    """The bars of the three panels: ``{"labels", "auroc": {signal: [(v, lo, hi)]}, "delta": {setting: [...]},
-    "swap": [(v, lo, hi)], "paper": {...}}``."""
+    """The bars of the panels: ``{"labels", "auroc": {signal: [(v, lo, hi)]}, "delta": {setting: [...]},
+    "swap": [(v, lo, hi)], "steps", "pairs": {"labels", "full"|"residual"|"delta": [(v, lo, hi)]}, "paper": {...}}``
+    (``pairs`` empty where the ladder has no ``paired``: one written before it paired its rungs)."""
     order = _order(ladder["rungs"])
     rungs = [ladder["rungs"][m]["pooled"] for m in order]
     return {
@@ -72,6 +83,8 @@ def panels(ladder: dict) -> dict:
                   "within": [_entry(r["strata"]["delta"].get("within"), "delta") for r in rungs]},
         "swap": [_entry((r.get("swap") or {}).get("drop"), "delta") for r in rungs],
         "steps": [r["auroc"]["n_steps"] for r in rungs],
+        "pairs": {"labels": [pair_label(p["a"], p["b"]) for p in ladder.get("paired") or []],
+                  **{c: [_entry(p["contrasts"][c], "delta") for p in ladder.get("paired") or []] for c in CHANGES}},
         "paper": {"auroc": {s: FEEDBACK_AUROC[s].mean for s in SIGNALS},
                   "swap": {m: SWAP_AUROC[m]["realized"].mean - SWAP_AUROC[m]["swapped"].mean for m in SWAP_AUROC}},
     }
@@ -110,8 +123,10 @@ def draw(ladder: dict):
     plt = pyplot()
     data = panels(ladder)
     labels = data["labels"]
-    fig, axes = plt.subplots(1, 3, figsize=(4.2 + 3.0 * len(labels), 4.4),
-                             gridspec_kw={"width_ratios": [len(labels) + 1, len(labels), len(labels) + 1]})
+    pairs = data["pairs"]["labels"]
+    widths = [len(labels) + 1, len(labels), len(labels) + 1] + ([len(pairs)] if pairs else [])
+    fig, axes = plt.subplots(1, len(widths), figsize=(4.2 + 3.0 * len(labels) + 1.2 * len(pairs), 4.4),
+                             gridspec_kw={"width_ratios": widths})
     ax = axes[0]
     ax.set_gid("auroc")
     paper = {s: [(None, None, None)] * len(labels) + [(v, None, None)] for s, v in data["paper"]["auroc"].items()}
@@ -135,6 +150,13 @@ def draw(ladder: dict):
               note="no swap in this ladder (--no-swap)")
     ax.tick_params(axis="x", labelsize=8)
     ax.set_title("(c) observation swap: realized - swapped", fontsize=10)
+    if pairs:
+        ax = axes[3]
+        ax.set_gid("pairs")
+        _grouped(ax, pairs, {c: data["pairs"][c] for c in CHANGES}, CHANGES,
+                 ylabel="change of AUROC, same steps (A - B)", baseline=0.0)
+        ax.legend(fontsize=7, loc="best")
+        ax.set_title("(d) across scorers, paired", fontsize=10)
     fig.tight_layout()
     return fig, data
 

@@ -87,6 +87,17 @@ def test_the_figure_draws_the_ladder(built, tmp_path):
     assert drawn["auroc"]["residual"][0] == [first["auroc"], first["ci_low"], first["ci_high"]]
     assert drawn["paper"]["auroc"] == {"ablated": 0.464, "full": 0.654, "residual": 0.707}
     assert str(tmp_path / "ladder.png") in map(str, paths)
+    # panel (d): every two rungs paired, as the ladder computed them
+    assert len(drawn["pairs"]["labels"]) == len(result["paired"]) == 3
+    assert drawn["pairs"]["labels"][0].endswith("\n- policy")
+    last = result["paired"][-1]["contrasts"]["delta"]
+    assert drawn["pairs"]["delta"][-1] == [last["delta"], last["ci_low"], last["ci_high"]]
+    # a ladder written before the rungs were paired draws its three panels
+    older = {k: v for k, v in result.items() if k != "paired"}
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "ladder.json").write_text(json.dumps(older))
+    ladder_fig.build(tmp_path / "old" / "ladder.json")
+    assert json.loads((tmp_path / "old" / "ladder_fig.json").read_text())["pairs"]["labels"] == []
 
 
 def test_the_auroc_panel_shows_every_bar_and_whisker():
