@@ -160,3 +160,28 @@ def test_the_pooled_audits_are_recomputed(path):
     fresh, _ = pool_audits(folders, n_boot=stored["n_boot"], ci=stored["ci"], seed=stored["seed"])
     for part in ("raw", "standard", "n_steps", "n_invalid", "n_trajectories", "checkpoints"):
         _same(fresh[part], stored[part], part)
+
+
+LADDERS = sorted(p.parent for p in (RESULTS / "paper_scale").glob("*/ladder_*/ladder.json")
+                 if "paired" in json.loads(p.read_text()))
+
+
+@pytest.mark.parametrize("folder", LADDERS, ids=[p.name for p in LADDERS])
+def test_the_ladders_are_recomputed_from_their_rescorings(folder):
+    """A ladder that keeps its re-scorings (``ladder_*/<model>/<run>/``): each rung's feedback AUROC and every two
+    rungs' paired contrasts are what the statistics compute from the committed scores."""
+    from diagnostics import scorers
+
+    stored = _read(folder / "ladder.json")
+    root = RESULTS.parent
+    steps = stored["ckpt_steps"]
+    paths = {m: [root / f / f"global_step_{s}" for f in r["folders"].values() for s in steps]
+             for m, r in stored["rungs"].items()}
+    for model, rung in stored["rungs"].items():
+        fresh = auroc.feedback_auroc(load(paths[model]), n_boot=stored["n_boot"], seed=stored["seed"])
+        _same(json.loads(json.dumps(fresh)), rung["pooled"]["auroc"], f"{model}.auroc")
+    for pair in stored["paired"]:
+        fresh = scorers.scorer_contrasts(load(paths[pair["a"]]), load(paths[pair["b"]]), n_boot=stored["n_boot"],
+                                         seed=stored["seed"])
+        _same(json.loads(json.dumps(fresh)), {k: v for k, v in pair.items() if k not in ("a", "b")},
+              f"{pair['a']} - {pair['b']}")
