@@ -151,16 +151,17 @@ def _checkpoints(folder: Path, steps) -> list[Path]:
 
 
 def _rung_paths(rung: dict, steps) -> list[Path]:
+    """The checkpoint folders of a rung's scores (all its runs)."""
     return [p for folder in rung["folders"].values() for p in _checkpoints(Path(folder), steps)]
 
 
-def paired(rung_a: dict, rung_b: dict, steps, *, n_boot: int, ci: float, seed: int) -> dict:
-    """Rung A - rung B on the steps both scored, paired (:func:`diagnostics.scorers.scorer_contrasts`)."""
+def paired(model_a: str, data_a, model_b: str, data_b, *, n_boot: int, ci: float, seed: int) -> dict:
+    """Rung A - rung B on the steps both scored (their loaded data), paired
+    (:func:`diagnostics.scorers.scorer_contrasts`)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateInputWarning)
-        result = scorers.scorer_contrasts(load(_rung_paths(rung_a, steps)), load(_rung_paths(rung_b, steps)),
-                                          n_boot=n_boot, ci=ci, seed=seed)
-    return {"a": rung_a["model"], "b": rung_b["model"], **result}
+        result = scorers.scorer_contrasts(data_a, data_b, n_boot=n_boot, ci=ci, seed=seed)
+    return {"a": model_a, "b": model_b, **result}
 
 
 def _rung(model: str, runs: Sequence[Path], out: Path, steps, *, device, dtype, swap: bool, donors: int,
@@ -210,11 +211,13 @@ def ladder(runs: Sequence[str | Path], models: Sequence[str], out: str | Path, *
     out.mkdir(parents=True, exist_ok=True)
     result = {"runs": [str(r) for r in runs], "models": list(models), "ckpt_steps": ckpt_steps, "n_boot": n_boot,
               "ci": ci, "seed": seed, "device": device, "dtype": dtype, "rungs": {}, "paired": []}
+    loaded = {}  # each rung's steps, loaded once for all its pairs
     for model in models:
         rung = _rung(model, runs, out, ckpt_steps, device=device, dtype=dtype, swap=swap, donors=donors,
                      per_category=per_category, n_boot=n_boot, ci=ci, seed=seed, progress=progress)
-        result["paired"] += [paired(rung, earlier, ckpt_steps, n_boot=n_boot, ci=ci, seed=seed)
-                             for earlier in result["rungs"].values()]
+        loaded[model] = load(_rung_paths(rung, ckpt_steps))
+        result["paired"] += [paired(model, loaded[model], earlier, loaded[earlier], n_boot=n_boot, ci=ci, seed=seed)
+                             for earlier in result["rungs"]]
         result["rungs"][model] = rung
         write_json(out / "ladder.json", result)  # what is done so far survives a later failure
     return result
