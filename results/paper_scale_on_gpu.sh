@@ -100,19 +100,22 @@
 #                                                            its records validated and its report, into
 #                                                            $OUT/verl_check.tgz
 #   bash results/paper_scale_on_gpu.sh poll SECONDS [RUN...] wait up to SECONDS for the jobs and print their progress;
-#                                                            without RUN, copy into $OUT the folder of each run
-#                                                            started here without weights (NAME.tgz; runs carried
-#                                                            in but not started are unchanged and stay), the jobs'
-#                                                            outputs (evaluations, audits, ...) not sent yet as
-#                                                            they are now, then the weights of one run started here
-#                                                            whose last checkpoint has not come back yet (the one
-#                                                            waiting longest), where they fit the call (WEIGHTS=0:
-#                                                            none); with RUNs, only those runs' NAME.tgz and
+#                                                            without RUN, copy into $OUT the jobs' outputs
+#                                                            (evaluations, audits, ...) not sent yet as they are
+#                                                            now, then the weights of one run started here whose
+#                                                            last checkpoint has not come back yet (the one waiting
+#                                                            longest) with its folder without weights (NAME.tgz),
+#                                                            where they fit the call (WEIGHTS=0: none), then the
+#                                                            folders of the other runs started here that changed
+#                                                            since they last came, where the call has room (runs
+#                                                            carried in but not started are unchanged and stay);
+#                                                            with RUNs, only those runs' NAME.tgz and
 #                                                            NAME.actor.tgz.aa, ... of the last checkpoint that has
 #                                                            its weights (58 MB for the 0.5B: one run per call,
 #                                                            which brings back 8 files, 64 MB), then the outputs not
 #                                                            sent yet while the call has room; either way the
-#                                                            outputs sent before come again where room is left
+#                                                            outputs sent before, and the folders, come again where
+#                                                            room is left
 # Settings: TRAIN_GAMES (real: the carried release's valid_train split, 200 trials of ALFWorld's training split, with
 # valid_seen for validation; generated: the carried generated games, 88-98% of whose episodes the 0.5B warm start
 # wins), DRY (set: print each job's GPU and command instead of starting it), AFTER (a job's NAME: the job started now
@@ -408,6 +411,36 @@ send_outputs() {  # new|sent: the jobs' outputs ($JOBS/out: evaluations, audits,
     done
 }
 
+started_runs() {  # the training runs started here (those carried in and not started stay as they came)
+    local r
+    for r in $RUNS_DIR/*/; do
+        r=${r%/}
+        [ -f "$r/run.json" ] && [ -f "$r/metrics.jsonl" ] && [ -e "$JOBS/weights/$(basename "$r")" ] && basename "$r"
+    done
+    return 0
+}
+
+folder_state() {  # NAME: the sizes and modification times of its run folder's files, the weights left out
+    find "$RUNS_DIR/$1" -name actor -prune -o -type f -printf '%P %s %T@\n' 2>/dev/null | sort | md5sum | cut -c1-32
+}
+
+send_folder() {  # NAME force|changed|again: the run folder without weights into $OUT as NAME.tgz, once per call;
+    # force: always (it comes with its weights), changed: where it changed since it was last sent and the call has
+    # room, again: where it has not come in this call and the call has room left (a reply lost on the way)
+    local name=$1 key tmp
+    [ ! -e "$OUT/$name.tgz" ] || return 0
+    key=$(folder_state "$name")
+    mkdir -p $JOBS/folders
+    [ "$2" != changed ] || [ "$key" != "$(cat "$JOBS/folders/$name" 2>/dev/null)" ] || return 0
+    tmp=$JOBS/folders/$name.tgz
+    (cd $RUNS_DIR && tar czf "$tmp" --exclude=actor "$name")
+    if [ "$2" = force ] || within 1 "$(stat -c %s "$tmp")"; then
+        mv "$tmp" "$OUT/$name.tgz" && echo "$key" > "$JOBS/folders/$name"
+    else
+        rm -f "$tmp"
+    fi
+}
+
 weights_held() {  # NAME CHECKPOINT: the weights of NAME's CHECKPOINT are off the machine (or came with it; an
     mkdir -p $JOBS/weights && echo "$2" > $JOBS/weights/$1  # empty CHECKPOINT: a run started from none)
 }
@@ -519,30 +552,29 @@ poll)
     done
     for f in $RUNS_DIR/*/metrics.jsonl; do [ -e "$f" ] && echo "$f: $(wc -l < "$f") steps"; done
     set -- "${@:3}"  # the RUNs after SECONDS: only their folders and weights (a call brings back 8 files, 64 MB)
-    for r in $RUNS_DIR/*/; do  # training runs: the folder without weights, and for a RUN named, the adapter and
-        r=${r%/} name=$(basename "$r")  # state of its last checkpoint that has them (a later one may be half written)
-        [ -f "$r/run.json" ] && [ -f "$r/metrics.jsonl" ] || continue
-        if [ $# -eq 0 ]; then  # without RUNs, the runs started here: those carried in and not started are unchanged
-            [ -e "$JOBS/weights/$name" ] || continue
-        else
-            [[ " $* " == *" $name "* ]] || continue
+    if [ $# -gt 0 ]; then  # each RUN named: its folder without weights, and the adapter and state of its last
+        for name in "$@"; do  # checkpoint that has them (a later one may be half written)
+            [ -f "$RUNS_DIR/$name/run.json" ] && [ -f "$RUNS_DIR/$name/metrics.jsonl" ] || continue
+            send_folder "$name" force
+            weights_held "$name" "$(pack_weights "$name")"
+        done
+        send_outputs new  # then the jobs' outputs not sent yet (as they are now), while the call has room
+    else  # the jobs' outputs not sent yet come first, while the call has room; then one run's newer weights with
+        send_outputs new  # its folder, so a machine lost between calls loses only the steps since they last came
+        if [ "${WEIGHTS:-1}" != 0 ] && due=$(weights_due) && [ -n "$due" ]; then  # back (records past a run's
+            send_folder "$due" force  # weights are rolled back on the workstation: the folder alone keeps nothing)
+            last=$(pack_weights "$due")
+            if ! within 0 0; then
+                rm -f "$OUT/$due.actor.tgz."*  # over what a call brings back: left for a poll that names the run
+                echo "the weights of $due do not fit beside the rest: poll SECONDS $due brings them"
+            else
+                weights_held "$due" "$last" && echo "weights: $due $last"
+            fi
         fi
-        (cd $RUNS_DIR && tar czf "$OUT/$name.tgz" --exclude=actor "$name")
-        [ $# -eq 0 ] || weights_held "$name" "$(pack_weights "$name")"
-    done
-    # the jobs' outputs not sent yet (as they are now) come first, while the call has room: without RUNs before the
-    send_outputs new  # weights (as many calls as it takes), with RUNs after their folders and weights
-    # without RUNs: one run's newer weights ride along, so a machine lost between calls loses only the steps since
-    if [ $# -eq 0 ] && [ "${WEIGHTS:-1}" != 0 ] && due=$(weights_due) && [ -n "$due" ]; then  # they last came back
-        last=$(pack_weights "$due")
-        if ! within 0 0; then
-            rm -f "$OUT/$due.actor.tgz."*  # over what a call brings back: left for a poll that names the run
-            echo "the weights of $due do not fit beside the rest: poll SECONDS $due brings them"
-        else
-            weights_held "$due" "$last" && echo "weights: $due $last"
-        fi
+        for name in $(started_runs); do send_folder "$name" changed; done  # the other runs started here
     fi
     send_outputs sent  # and those sent before once more, where the call has room left (a reply lost on the way)
+    [ $# -gt 0 ] || for name in $(started_runs); do send_folder "$name" again; done  # and the runs' folders
     ls -la "$OUT"
     { pgrep -fa "training\.(evaluate|train|sft)|rescoring\." || echo "nothing running"; } | cut -c1-150
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null || true ;;

@@ -199,8 +199,9 @@ def _poll(tmp_path, *runs_named, outputs=1, started=("ocsd_a", "grpo_a"), **env_
                 actor = runs / name / f"global_step_{step}" / "actor"
                 actor.mkdir()
                 (actor / "trainer_state.pt").write_bytes(f"{name}{step}".encode())
-        (runs / name / "run.json").write_text("{}")
-        (runs / name / "metrics.jsonl").write_text("{}\n")
+        if not (runs / name / "run.json").exists():  # as a run writes them: once, then as it goes on
+            (runs / name / "run.json").write_text("{}")
+            (runs / name / "metrics.jsonl").write_text("{}\n")
     env = {"PATH": "/usr/bin:/bin", "GPUS": "1", "JOBS": str(jobs), "OUT": str(out), "RUNS_DIR": str(runs),
            **env_extra}
     done = subprocess.run(["bash", str(SCRIPT), "poll", "1", *runs_named], cwd=tmp_path, env=env,
@@ -233,8 +234,8 @@ def test_poll_without_runs_brings_outputs_every_run_folder_and_one_runs_newer_we
 
 
 def test_weights_that_would_pass_a_calls_eight_files_are_left_for_a_poll_naming_the_run(tmp_path):
-    out = _poll(tmp_path, outputs=6)  # 6 outputs and 2 run folders: 8 files already
-    assert len(list(out.iterdir())) == 8 and not list(out.glob("*.actor.*"))
+    out = _poll(tmp_path, outputs=7)  # 7 outputs and the folder of the run whose weights are due: 8 files already
+    assert len(list(out.iterdir())) == 8 and not list(out.glob("*.actor.*")) and (out / "grpo_a.tgz").exists()
     for extra in (tmp_path / "jobs" / "out").glob("eval_[0-9]*.json"):
         extra.unlink()
     assert _poll(tmp_path).joinpath("grpo_a.actor.tgz.aa").exists()  # still due, so it comes with the next call
@@ -300,21 +301,36 @@ def test_poll_with_a_run_brings_the_finished_evaluations_while_the_call_has_room
 
 
 def test_outputs_come_back_once_before_the_weights_then_only_where_room_is_left(tmp_path):
-    """Six audit bundles and two run folders fill a call: no weights ride along. The next call, the bundles having
-    come back, brings the weights and again as many bundles as still fit; a bundle written anew is new again, and a
-    poll naming a run brings it after that run's weights."""
+    """Six audit bundles come first; the due run's weights and folder fill the call, and the other run's folder
+    waits. The next call, the bundles having come back, brings the other run's weights and folder and the bundles
+    again as far as they fit; a bundle written anew is new again, and a poll naming a run brings it after that
+    run's weights."""
     (tmp_path / "jobs" / "out").mkdir(parents=True)
     for i in range(6):
         (tmp_path / "jobs" / "out" / f"audit_{i}.tgz").write_bytes(bytes([i]) * 1000)
+    audits = [f"audit_{i}.tgz" for i in range(6)]
     first = sorted(p.name for p in _poll(tmp_path, outputs=0).iterdir())
-    assert first == sorted([f"audit_{i}.tgz" for i in range(6)] + ["grpo_a.tgz", "ocsd_a.tgz"])
+    assert first == sorted(audits + ["grpo_a.actor.tgz.aa", "grpo_a.tgz"])
     second = sorted(p.name for p in _poll(tmp_path, outputs=0).iterdir())
-    assert "grpo_a.actor.tgz.aa" in second and len(second) == 8  # 2 folders, 1 weight part, 5 bundles again
+    assert second == sorted(audits + ["ocsd_a.actor.tgz.aa", "ocsd_a.tgz"])
     (tmp_path / "jobs" / "out" / "audit_5.tgz").write_bytes(b"new" * 1000)
     third = sorted(p.name for p in _poll(tmp_path, outputs=0).iterdir())
-    assert {"audit_5.tgz", "ocsd_a.actor.tgz.aa"} <= set(third) and len(third) == 8
+    assert third == sorted(audits + ["grpo_a.tgz", "ocsd_a.tgz"])  # no weights due: room for both folders
     named = sorted(p.name for p in _poll(tmp_path, "grpo_a", outputs=0).iterdir())
     assert named[:2] == ["audit_0.tgz", "audit_1.tgz"] and {"grpo_a.tgz", "grpo_a.actor.tgz.aa"} <= set(named)
+
+
+def test_a_run_folder_comes_again_only_where_it_changed_or_the_call_has_room_left(tmp_path):
+    """Without RUNs a folder that has not changed since it came back is not sent before the outputs sent before;
+    a changed one is, where the call has room (the weights of a run carry its folder with them)."""
+    assert sorted(p.name for p in _poll(tmp_path, WEIGHTS="0").iterdir()) == ["eval_x.json", "grpo_a.tgz",
+                                                                               "ocsd_a.tgz"]
+    with open(tmp_path / "runs" / "ocsd_a" / "metrics.jsonl", "a") as metrics:
+        metrics.write("{}\n")  # a step more for ocsd_a only
+    out = sorted(p.name for p in _poll(tmp_path, outputs=7, WEIGHTS="0").iterdir())  # 6 new outputs
+    assert out == sorted([f"eval_{i}.json" for i in range(1, 7)] + ["ocsd_a.tgz", "eval_x.json"])
+    with tarfile.open(tmp_path / "out" / "ocsd_a.tgz") as packed:
+        assert packed.extractfile("ocsd_a/metrics.jsonl").read() == b"{}\n{}\n"
 
 
 def test_the_audit_job_audits_each_checkpoint_named_into_one_bundle():
