@@ -390,8 +390,10 @@ within() {  # FILES BYTES: $OUT with FILES more files of BYTES in all still fits
     [ $(( $(find "$OUT" -type f | wc -l) + $1 )) -le 8 ] && [ $(( $(out_bytes) + $2 )) -le 62000000 ]  # listing)
 }
 
-output_state() {  # PATH: the sizes and modification times of its files, what tells an output sent as it is now
-    find "$1" -type f -printf '%P %s %T@\n' 2>/dev/null | sort | md5sum | cut -c1-32
+output_state() {  # PATH [FIND_ARGS...]: the sizes and modification times of its files (FIND_ARGS: what to prune
+    local path=$1  # first), what tells an output or a run folder sent as it is now
+    shift
+    find "$path" "$@" -type f -printf '%P %s %T@\n' 2>/dev/null | sort | md5sum | cut -c1-32
 }
 
 send_outputs() {  # new|sent: the jobs' outputs ($JOBS/out: evaluations, audits, ...) not yet sent as they are now
@@ -420,16 +422,13 @@ started_runs() {  # the training runs started here (those carried in and not sta
     return 0
 }
 
-folder_state() {  # NAME: the sizes and modification times of its run folder's files, the weights left out
-    find "$RUNS_DIR/$1" -name actor -prune -o -type f -printf '%P %s %T@\n' 2>/dev/null | sort | md5sum | cut -c1-32
-}
-
 send_folder() {  # NAME force|changed|again: the run folder without weights into $OUT as NAME.tgz, once per call;
     # force: always (it comes with its weights), changed: where it changed since it was last sent and the call has
     # room, again: where it has not come in this call and the call has room left (a reply lost on the way)
     local name=$1 key tmp
     [ ! -e "$OUT/$name.tgz" ] || return 0
-    key=$(folder_state "$name")
+    [ "$2" = force ] || within 1 0 || return 0  # no file's room left: not worth packing
+    key=$(output_state "$RUNS_DIR/$name" -name actor -prune -o)  # the weights left out
     mkdir -p $JOBS/folders
     [ "$2" != changed ] || [ "$key" != "$(cat "$JOBS/folders/$name" 2>/dev/null)" ] || return 0
     tmp=$JOBS/folders/$name.tgz
