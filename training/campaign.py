@@ -18,7 +18,9 @@ or between two checkpoints), they are rolled back to the pack's step (:func:`rol
 there. With ``--budget-mib`` the newer packs are measured as a push counts them (:mod:`training.push_size`: a
 replaced pack of the 0.5B adds 78 MB) and replaced only while they fit, the runs that gained the most steps first;
 the others keep their pack and are rolled back to it, their newer weights left in ``--runs``; ``--since REV``
-takes the budget from what the commits since REV leave of the push's limit. Then
+takes the budget from what the commits since REV leave of the push's limit. A run's records never go back to fewer
+steps: where the newest ``<NAME>.tgz`` holds fewer steps than an earlier folder's or than the series (a folder of an
+earlier machine, or the folders out of order), nothing is collected and the file is named (:func:`behind`). Then
 each run folder of the series is validated (``ocsd.records``). The evaluations the folders hold
 (``eval_<NAME>_step<K>.json``, the newest of each name) go into ``eval_step<K>/`` of the series, or replace the file
 of that name where the series has one. The audits (``audit_<NAME>.tgz`` of ``results/paper_scale_on_gpu.sh audit``:
@@ -55,7 +57,7 @@ from training.resumable import resumable_checkpoints
 from training.push_size import DEFAULT_LIMIT_MIB, MIB, change_bytes, pending
 from training.resume_pack import PackError, pack, read_pack_info
 
-__all__ = ["RunStatus", "RolledBack", "run_status", "series_status", "sent_back", "sent_evaluations",
+__all__ = ["RunStatus", "RolledBack", "run_status", "series_status", "sent_back", "behind", "sent_evaluations",
            "collect_evaluations", "sent_audits", "collect_audits", "collect", "roll_back", "main"]
 
 RESERVE_MIB = 10.0
@@ -201,6 +203,69 @@ def _check_folders(folders: Sequence[str | Path]) -> list[Path]:
     return paths
 
 
+def _records_files(folder: Path) -> list[tuple[str, Path]]:
+    """``(NAME, NAME.tgz)`` for each run folder sent back in ``folder`` (weights' parts and job outputs left out)."""
+    return [(path.name[:-len(".tgz")], path) for path in sorted(folder.glob("*.tgz"))
+            if not path.name.endswith(".actor.tgz") and not _is_output(path)]
+
+
+def _sent_step(path: Path, name: str) -> int:
+    """The last step of ``NAME/metrics.jsonl`` in the run folder sent back as ``path`` (0 without rows).
+
+    Raises
+    ------
+    UsageError
+        ``path`` cannot be read, or its ``metrics.jsonl`` is not one row of JSON with a ``step`` per line.
+    """
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            try:
+                member = tar.extractfile(f"{name}/metrics.jsonl")
+            except KeyError:
+                return 0
+            text = member.read().decode() if member else ""
+    except (tarfile.TarError, OSError, EOFError, UnicodeDecodeError) as error:
+        raise UsageError(f"{path}: cannot be unpacked ({error})") from None
+    try:
+        return max((int(json.loads(line)["step"]) for line in text.splitlines() if line.strip()), default=0)
+    except (ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{path}: {name}/metrics.jsonl has a row without a step ({error!r})") from None
+
+
+def _recorded(run: Path) -> int:
+    """The last step of the series' records of a run (0 without any)."""
+    if not (run / "metrics.jsonl").is_file():
+        return 0
+    return max((int(row["step"]) for row in read_metrics(run)), default=0)
+
+
+def behind(series: str | Path, folders: Sequence[str | Path]) -> list[str]:
+    """The run folders sent back in ``folders`` (oldest first) that would set a run back, one line each: the newest
+    ``NAME.tgz`` (the one :func:`sent_back` takes) holds fewer steps than an earlier folder's, or than the series'
+    records of the run (a poll folder of an earlier machine, or the folders named out of order). :func:`collect`
+    refuses them before anything moves: a run's records never go back to fewer steps.
+
+    Raises
+    ------
+    UsageError
+        A folder is missing or a ``NAME.tgz`` cannot be read.
+    """
+    found: dict[str, list[tuple[Path, int]]] = {}
+    for folder in _check_folders(folders):
+        for name, path in _records_files(folder):
+            found.setdefault(name, []).append((path, _sent_step(path, name)))
+    lines = []
+    for name, sent in sorted(found.items()):
+        (newest, step), (most_path, most) = sent[-1], max(sent, key=lambda item: item[1])
+        if most > step:
+            lines.append(f"{newest}: records to step {step}, behind {most_path} (step {most}); name the folders "
+                         f"oldest first, or leave the older one out")
+        elif (recorded := _recorded(Path(series) / name)) > step:
+            lines.append(f"{newest}: records to step {step}, behind the series' records of {name} (step "
+                         f"{recorded}); a folder of an earlier machine? leave it out")
+    return lines
+
+
 def sent_back(folders: Sequence[str | Path]) -> dict[str, tuple[Path, list[Path]]]:
     """Per run name, its newest ``NAME.tgz`` and the parts of its newest ``NAME.actor.tgz.*`` (empty without any)
     in ``folders``, oldest first (a later folder's file replaces an earlier one's); the jobs' outputs
@@ -214,9 +279,8 @@ def sent_back(folders: Sequence[str | Path]) -> dict[str, tuple[Path, list[Path]
     records: dict[str, Path] = {}
     actors: dict[str, list[Path]] = {}
     for folder in _check_folders(folders):
-        for path in sorted(folder.glob("*.tgz")):
-            if not path.name.endswith(".actor.tgz") and not _is_output(path):
-                records[path.name[:-len(".tgz")]] = path
+        for name, path in _records_files(folder):
+            records[name] = path
         for first in sorted(folder.glob("*.actor.tgz.aa")):
             name = first.name[:-len(".actor.tgz.aa")]
             actors[name] = sorted(folder.glob(f"{name}.actor.tgz.*"))
@@ -458,9 +522,10 @@ def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path,
     Raises
     ------
     UsageError
-        A folder is missing, the folders hold no run, audit or evaluation, ``series`` is not a folder, a file cannot
-        be unpacked, an evaluation file is not one (:func:`collect_evaluations`) or an audit bundle holds no audits
-        (:func:`collect_audits`; either stops the collection before a run moves), or ``budget`` is negative.
+        A folder is missing, the folders hold no run, audit or evaluation, ``series`` is not a folder, a run folder
+        sent back would set its run back (:func:`behind`), a file cannot be unpacked, an evaluation file is not one
+        (:func:`collect_evaluations`) or an audit bundle holds no audits (:func:`collect_audits`; these stop the
+        collection before a run moves), or ``budget`` is negative.
     """
     series, runs = Path(series), Path(runs)
     if not series.is_dir():
@@ -471,6 +536,8 @@ def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path,
     if not sent and not sent_audits(folders) and not sent_evaluations(folders):
         raise UsageError(f"nothing to collect in {', '.join(map(str, folders))}: no NAME.tgz (a run folder sent "
                          "back), audit_NAME.tgz or eval_NAME_stepK.json")
+    if stale := behind(series, folders):  # a run's records never go back to fewer steps
+        raise UsageError("nothing collected: " + "; ".join(stale))
     evaluations = collect_evaluations(series, folders)  # a file that is no evaluation stops all before a run moves
     audits, audit_bytes = collect_audits(series, folders)
     if budget is not None:

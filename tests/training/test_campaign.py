@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.campaign import RolledBack, collect, main, roll_back, run_status, sent_back, series_status
+from ocsd.cli import UsageError
+from training.campaign import RolledBack, behind, collect, main, roll_back, run_status, sent_back, series_status
 from training.push_size import MIB, change_bytes
 from training.resume_pack import read_pack_info
 
@@ -408,3 +409,34 @@ def test_other_outputs_stay_and_a_bundle_without_audits_stops_the_collection(sen
     only = tmp_path / "only_audits"
     _audit_bundle(only, "one_obs_x", ("audit_one_obs_x_step26", COMMITTED_AUDIT))
     assert collect(series, [only], tmp_path / "runs")[0] == [f"audit_one_obs_x_step26: copied into {series}"]
+
+
+def _stale(tmp_path: Path, folder: str, last: int) -> Path:
+    """A poll folder of an earlier machine: the run's records only to step ``last`` (its checkpoints past it gone)."""
+    machine = tmp_path / f"{folder}_machine"
+    shutil.copytree(SERIES / RUN, machine / RUN)
+    for checkpoint in (machine / RUN).glob("global_step_*"):
+        if int(checkpoint.name.rsplit("_", 1)[1]) > last:
+            shutil.rmtree(checkpoint)
+    rows = [line for line in (machine / RUN / "metrics.jsonl").read_text().splitlines()
+            if line.strip() and json.loads(line)["step"] <= last]
+    (machine / RUN / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    (tmp_path / folder).mkdir()
+    return _tgz(tmp_path / folder / f"{RUN}.tgz", machine, RUN).parent
+
+
+def test_a_folder_that_would_set_a_run_back_stops_the_collection(series, sent, tmp_path, capsys):
+    """An earlier machine's poll folder named after the newest one, or a folder behind the series' records, is
+    refused by name before anything moves: the series keeps its records and --runs its weights."""
+    old = _stale(tmp_path, "poll_earlier", STEP - 6)
+    before = (series / RUN / "metrics.jsonl").read_bytes()
+    with pytest.raises(UsageError, match=rf"{old.name}/{RUN}\.tgz: records to step {STEP - 6}, behind the series"):
+        collect(series, [old], tmp_path / "runs")
+    assert main(["collect", str(series), str(sent), str(old), "--runs", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert f"behind {sent / RUN}.tgz (step {_metrics_steps(SERIES / RUN)[-1]})" in err and "oldest first" in err
+    assert (series / RUN / "metrics.jsonl").read_bytes() == before and not (tmp_path / "runs").exists()
+    assert not list(series.glob("eval_step*"))
+    done, invalid = collect(series, [old, sent], tmp_path / "runs")  # oldest first: the newest records win
+    assert invalid == [] and (series / RUN / "metrics.jsonl").read_bytes() == before
+    assert behind(series, [old, sent]) == [] and len(behind(tmp_path / "empty_series", [sent, old])) == 1
