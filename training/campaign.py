@@ -46,13 +46,15 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from ocsd.cli import UsageError, emit, entry_point, fmt, format_table, positive_int
-from ocsd.records import RunWriter, checkpoint_dirs, checkpoint_folders, read_metrics, read_run_info, validate_path
+from ocsd.records import (METRICS_FILE, RecordError, RunWriter, checkpoint_dirs, checkpoint_folders, read_metrics,
+                          read_run_info, validate_path)
 from training.resumable import resumable_checkpoints
 from training.push_size import DEFAULT_LIMIT_MIB, MIB, change_bytes, pending
 from training.resume_pack import PackError, pack, read_pack_info
@@ -161,8 +163,7 @@ def run_status(run_dir: str | Path, series: str | Path | None = None, *,
     run_dir = Path(run_dir)
     series = Path(series) if series is not None else run_dir.parent
     info = read_run_info(run_dir)
-    rows = read_metrics(run_dir)
-    recorded = max((int(r["step"]) for r in rows), default=0)
+    recorded = _recorded(run_dir)
     complete = set(checkpoint_folders(run_dir, warn=False))
     checkpoint = max((n for n, folder in checkpoint_dirs(run_dir) if folder in complete), default=0)
     pack, problems = _pack_problems(run_dir.name, series / PACKS / f"{run_dir.name}.tar", checkpoint, recorded)
@@ -209,34 +210,36 @@ def _records_files(folder: Path) -> list[tuple[str, Path]]:
             if not path.name.endswith(".actor.tgz") and not _is_output(path)]
 
 
+def _recorded(run: Path) -> int:
+    """The last step of a run folder's ``metrics.jsonl`` (0 without rows or without the file)."""
+    return max((int(row["step"]) for row in read_metrics(run)), default=0)
+
+
 def _sent_step(path: Path, name: str) -> int:
-    """The last step of ``NAME/metrics.jsonl`` in the run folder sent back as ``path`` (0 without rows).
+    """The last step of ``NAME/metrics.jsonl`` in the run folder sent back as ``path`` (0 without rows), read as
+    :func:`ocsd.records.read_metrics` reads a run's (a torn last line ignored).
 
     Raises
     ------
     UsageError
-        ``path`` cannot be read, or its ``metrics.jsonl`` is not one row of JSON with a ``step`` per line.
+        ``path`` cannot be read, or its ``metrics.jsonl`` is not a run's metrics.
     """
     try:
-        with tarfile.open(path, "r:gz") as tar:
+        with tarfile.open(path, "r:gz") as tar, tempfile.TemporaryDirectory() as tmp:
             try:
-                member = tar.extractfile(f"{name}/metrics.jsonl")
+                member = tar.extractfile(f"{name}/{METRICS_FILE}")
             except KeyError:
+                member = None
+            if member is None:
                 return 0
-            text = member.read().decode() if member else ""
-    except (tarfile.TarError, OSError, EOFError, UnicodeDecodeError) as error:
+            (Path(tmp) / METRICS_FILE).write_bytes(member.read())
+            with warnings.catch_warnings():  # said again, naming the run's own file, once the run is copied in
+                warnings.simplefilter("ignore")
+                return _recorded(Path(tmp))
+    except (tarfile.TarError, OSError, EOFError) as error:
         raise UsageError(f"{path}: cannot be unpacked ({error})") from None
-    try:
-        return max((int(json.loads(line)["step"]) for line in text.splitlines() if line.strip()), default=0)
-    except (ValueError, KeyError, TypeError) as error:
-        raise UsageError(f"{path}: {name}/metrics.jsonl has a row without a step ({error!r})") from None
-
-
-def _recorded(run: Path) -> int:
-    """The last step of the series' records of a run (0 without any)."""
-    if not (run / "metrics.jsonl").is_file():
-        return 0
-    return max((int(row["step"]) for row in read_metrics(run)), default=0)
+    except RecordError as error:
+        raise UsageError(f"{path}: {name}/{METRICS_FILE}: {error}") from None
 
 
 def behind(series: str | Path, folders: Sequence[str | Path]) -> list[str]:
@@ -586,7 +589,7 @@ def _bring_in(name: str, run: Path, kept: list[int], held: int | None, series: P
         return (f"{name}: not brought into the series: its first pack ({_mb(offer.cost)} of a push's diff) does not "
                 f"fit the budget ({_mb(left)} left); the run and its weights stay in {run}")
     shutil.copytree(run, series / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("actor", ".lock"))
-    line = f"{name}: records to step {max((r['step'] for r in read_metrics(run)), default=0)} copied"
+    line = f"{name}: records to step {_recorded(run)} copied"
     if not kept:
         line += "; no weights came back"
     elif offer is None:

@@ -440,3 +440,18 @@ def test_a_folder_that_would_set_a_run_back_stops_the_collection(series, sent, t
     done, invalid = collect(series, [old, sent], tmp_path / "runs")  # oldest first: the newest records win
     assert invalid == [] and (series / RUN / "metrics.jsonl").read_bytes() == before
     assert behind(series, [old, sent]) == [] and len(behind(tmp_path / "empty_series", [sent, old])) == 1
+
+
+def test_a_torn_last_line_sent_back_reads_as_the_run_reads_it(series, tmp_path):
+    """A machine given back mid-write sends records whose last line is torn: the check reads them as
+    ocsd.records.read_metrics does (the torn line ignored), so the run is not called behind for it."""
+    folder = _stale(tmp_path, "poll_torn", STEP)
+    machine = tmp_path / "poll_torn_machine"
+    with open(machine / RUN / "metrics.jsonl", "a") as metrics:
+        metrics.write('{"step": 9')
+    _tgz(folder / f"{RUN}.tgz", machine, RUN)
+    assert behind(series, [folder]) == []
+    (machine / RUN / "metrics.jsonl").write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    _tgz(folder / f"{RUN}.tgz", machine, RUN)
+    with pytest.raises(UsageError, match=rf"{RUN}\.tgz: {RUN}/metrics.jsonl: "):
+        behind(series, [folder])
