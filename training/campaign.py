@@ -5,7 +5,8 @@ A series folder (e.g. ``results/paper_scale/valid_train_series3``) holds one fol
 ``packs/<NAME>.tar`` (:mod:`training.resume_pack`, the checkpoint the next machine resumes from) and evaluations
 ``eval_<NAME>_step<K>.json`` in any subfolder (``results/paper_scale_on_gpu.sh eval``). Per run this says the last
 step recorded, the last complete checkpoint, the pack's step, the evaluated steps and the run-steps left to
-``--target``, and it names what is out of step: a pack older or newer than the records' last checkpoint (repack, or
+``--target`` (one step for every run, and ``METHOD=N`` for a method's own: issue 36 asks 50 steps of OCSD and GRPO
+and 20 of each baseline), and it names what is out of step: a pack older or newer than the records' last checkpoint (repack, or
 copy the records), a pack of another run, records without a pack (the run cannot resume).
 
 :func:`collect` brings what a GPU machine sent back into the series: for each run, the newest ``<NAME>.tgz`` (the
@@ -30,7 +31,7 @@ a folder of the same name; their bytes come off ``--budget-mib`` before the pack
 
 Commands::
 
-    python -m training.campaign status SERIES [--target 50] [--json]
+    python -m training.campaign status SERIES [--target 50] [--target rlsd=20 ...] [--json]
     python -m training.campaign collect SERIES FOLDER [FOLDER ...] --runs DIR [--budget-mib MIB | --since REV]
 
 Exit status 0 when every run is in step, 1 when a run has a problem (each named), 2 on bad input.
@@ -52,7 +53,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ocsd.cli import UsageError, emit, entry_point, fmt, format_table, positive_int
+from ocsd.cli import UsageError, emit, entry_point, fmt, format_table
 from ocsd.records import (METRICS_FILE, RecordError, RunWriter, checkpoint_dirs, checkpoint_folders, read_metrics,
                           read_run_info, validate_path)
 from training.resumable import resumable_checkpoints
@@ -642,16 +643,66 @@ def roll_back(run_dir: str | Path, step: int) -> RolledBack:
     return RolledBack([n for n, _ in folders], rows)
 
 
-def _table(runs: list[RunStatus], target: int) -> str:
+@dataclass(frozen=True)
+class Targets:
+    """The step each run is to reach: ``default`` for every method but those ``by_method`` names.
+
+    Attributes
+    ----------
+    default : int
+        The step of a method not named (``--target N``).
+    by_method : dict of str to int
+        A method's own step (``--target METHOD=N``); a method named with no run in the series counts all its steps
+        as left.
+    """
+
+    default: int = 50
+    by_method: dict[str, int] = field(default_factory=dict)
+
+    def of(self, method: str) -> int:
+        """The step a run of ``method`` is to reach."""
+        return self.by_method.get(method, self.default)
+
+
+def parse_targets(values: Sequence[str] | None, default: int = 50) -> Targets:
+    """``--target`` values (``N``: every run; ``METHOD=N``: a method's own; repeated) as :class:`Targets`.
+
+    Raises
+    ------
+    UsageError
+        A value that is not ``N`` or ``METHOD=N`` with ``N`` a positive integer, or a step given twice for one method
+        (or twice for every run); the message names ``--target`` and the value.
+    """
+    bare: list[int] = []
+    by_method: dict[str, int] = {}
+    for value in values or []:
+        method, _, number = value.rpartition("=")
+        if not number.isdigit() or int(number) < 1 or ("=" in value and not method.strip()) or "=" in method:
+            raise UsageError(f"--target {value!r}: give a step N >= 1, or METHOD=N for one method (e.g. rlsd=20)")
+        if not method:
+            bare.append(int(number))
+        elif method in by_method:
+            raise UsageError(f"--target {value!r}: {method} was given a step twice")
+        else:
+            by_method[method] = int(number)
+    if len(bare) > 1:
+        raise UsageError(f"--target: one step for every run, got {', '.join(map(str, bare))}")
+    return Targets(default=bare[0] if bare else default, by_method=by_method)
+
+
+def _table(runs: list[RunStatus], targets: Targets) -> str:
     rows = [[r.name, r.method, r.seed, r.recorded, r.checkpoint, "none" if r.pack is None else r.pack,
-             ", ".join(map(str, r.evaluated)) or "-", r.remaining(target)] for r in runs]
+             ", ".join(map(str, r.evaluated)) or "-", targets.of(r.method), r.remaining(targets.of(r.method))]
+            for r in runs]
     by_method: dict[str, int] = {}
     for r in runs:
-        by_method[r.method] = by_method.get(r.method, 0) + r.remaining(target)
-    left = ", ".join(f"{m} {n}" for m, n in by_method.items())
-    lines = [format_table(["run", "method", "seed", "recorded", "checkpoint", "pack", "evaluated",
-                           f"to {target}"], rows, title=f"{len(runs)} runs")]
-    lines.append(f"run-steps to {target}: {sum(r.remaining(target) for r in runs)} ({left})")
+        by_method[r.method] = by_method.get(r.method, 0) + r.remaining(targets.of(r.method))
+    left = "; ".join([f"{m} {n} to {targets.of(m)}" for m, n in by_method.items()]
+                     + [f"{m} {n} to {n}, no run yet" for m, n in targets.by_method.items() if m not in by_method])
+    by_method.update({m: n for m, n in targets.by_method.items() if m not in by_method})
+    lines = [format_table(["run", "method", "seed", "recorded", "checkpoint", "pack", "evaluated", "target",
+                           "left"], rows, title=f"{len(runs)} runs")]
+    lines.append(f"run-steps left: {sum(by_method.values())} ({left})")
     problems = [f"{r.name}: {p}" for r in runs for p in r.problems]
     lines.append("\n".join(["problems:", *problems]) if problems else "every pack holds its run's last checkpoint")
     return "\n".join(lines)
@@ -675,8 +726,9 @@ def _main(argv: Sequence[str] | None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     status = sub.add_parser("status", help="where every run of a series stands")
     status.add_argument("series", help="a series folder: run folders, packs/NAME.tar, eval_NAME_stepK.json files")
-    status.add_argument("--target", type=positive_int("--target"), default=50,
-                        help="the step every run is to reach (default 50)")
+    target_help = ("the step every run is to reach (N, default 50), or one method's (METHOD=N, e.g. rlsd=20); "
+                   "repeat for several methods")
+    status.add_argument("--target", action="append", metavar="[METHOD=]N", help=target_help)
     status.add_argument("--json", action="store_true", help="print one JSON object and nothing else on stdout")
     take = sub.add_parser("collect", help="what a machine sent back into a series (records, packs)")
     take.add_argument("series", help="the series folder")
@@ -685,7 +737,8 @@ def _main(argv: Sequence[str] | None) -> int:
                            "poll wrote them, oldest first")
     take.add_argument("--runs", required=True, metavar="DIR",
                       help="where the runs are unpacked with their weights (kept for rescoring)")
-    take.add_argument("--target", type=positive_int("--target"), default=50, help="for the status printed after")
+    take.add_argument("--target", action="append", metavar="[METHOD=]N",
+                      help="for the status printed after: " + target_help)
     budget = take.add_mutually_exclusive_group()
     budget.add_argument("--budget-mib", type=float, default=None, metavar="MIB",
                         help="what a push may still take: newer packs replace the older only while they fit, the "
@@ -699,14 +752,16 @@ def _main(argv: Sequence[str] | None) -> int:
                       help=f"with --since: kept for the records and analyses still to commit (default {RESERVE_MIB:g})")
     args = parser.parse_args(argv)
     args.json = getattr(args, "json", False)
+    targets = parse_targets(args.target)
     invalid: list[str] = []
     if args.command == "collect":
         done, invalid = collect(args.series, args.folders, args.runs, budget=_budget(args))
         print("\n".join(done + [f"invalid records: {p}" for p in invalid]))
     runs = series_status(args.series)
-    result = {"series": args.series, "target": args.target,
-              "runs": [{**asdict(r), "remaining": r.remaining(args.target)} for r in runs]}
-    emit(args.json, result, _table(runs, args.target))
+    result = {"series": args.series, "target": targets.default, "targets": targets.by_method,
+              "runs": [{**asdict(r), "target": targets.of(r.method), "remaining": r.remaining(targets.of(r.method))}
+                       for r in runs]}
+    emit(args.json, result, _table(runs, targets))
     return 1 if invalid or any(r.problems for r in runs) else 0
 
 

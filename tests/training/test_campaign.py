@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from ocsd.cli import UsageError
-from training.campaign import RolledBack, behind, collect, main, roll_back, run_status, sent_back, series_status
+from training.campaign import (RolledBack, Targets, behind, collect, main, parse_targets, roll_back, run_status,
+                               sent_back, series_status)
 from training.push_size import MIB, change_bytes
 from training.resume_pack import read_pack_info
 
@@ -109,10 +110,44 @@ def test_the_command_exit_status_and_json(series, capsys):
     result = json.loads(capsys.readouterr().out)
     (run,) = result["runs"]
     assert result["target"] == STEP + 6 and run["name"] == RUN and run["pack"] == STEP and run["remaining"] == 6
+    assert run["target"] == STEP + 6 and result["targets"] == {}
     (series / "packs" / f"{RUN}.tar").unlink()
     assert main(["status", str(series)]) == 1
     out = capsys.readouterr().out
-    assert "problems:" in out and "cannot resume" in out and "run-steps to 50: 50 (grpo 50)" in out
+    assert "problems:" in out and "cannot resume" in out and "run-steps left: 50 (grpo 50 to 50)" in out
+
+
+def test_a_method_has_its_own_target(series, capsys):
+    """Issue 36 asks 50 steps of OCSD and GRPO and 20 of each baseline: ``--target rlsd=20`` beside the default."""
+    assert main(["status", str(series), "--target", f"grpo={STEP + 4}", "--target", "rlsd=20", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    (run,) = result["runs"]
+    assert result["targets"] == {"grpo": STEP + 4, "rlsd": 20} and result["target"] == 50
+    assert run["target"] == STEP + 4 and run["remaining"] == 4
+    main(["status", str(series), "--target", "60", "--target", f"grpo={STEP + 4}"])
+    assert f"run-steps left: 4 (grpo 4 to {STEP + 4})" in capsys.readouterr().out
+    main(["status", str(series), "--target", f"grpo={STEP + 4}", "--target", "sdar=20"])
+    assert f"run-steps left: 24 (grpo 4 to {STEP + 4}; sdar 20 to 20, no run yet)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("values, default, by_method", [
+    (None, 50, {}), (["30"], 30, {}), (["rlsd=20", "sdar=20"], 50, {"rlsd": 20, "sdar": 20}),
+    (["grpo_opsd=20", "40"], 40, {"grpo_opsd": 20}),
+])
+def test_targets_parse(values, default, by_method):
+    targets = parse_targets(values)
+    assert targets == Targets(default, by_method)
+    assert targets.of("ocsd") == default and all(targets.of(m) == n for m, n in by_method.items())
+
+
+@pytest.mark.parametrize("values, message", [
+    (["0"], "'0'"), (["rlsd=0"], "'rlsd=0'"), (["rlsd="], "'rlsd='"), (["=20"], "'=20'"), (["a=b=3"], "'a=b=3'"),
+    (["twenty"], "'twenty'"), (["rlsd=20", "rlsd=30"], "rlsd was given a step twice"), (["20", "30"], "20, 30"),
+])
+def test_a_bad_target_is_refused_naming_it(values, message):
+    with pytest.raises(UsageError, match="--target") as refused:
+        parse_targets(values)
+    assert message in str(refused.value)
 
 
 @pytest.mark.parametrize("make, message", [
@@ -123,9 +158,7 @@ def test_bad_input_exits_2_naming_it(tmp_path, make, message):
     done = subprocess.run([sys.executable, "-m", "training.campaign", "status", str(make(tmp_path))], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
-    with pytest.raises(SystemExit) as refused:
-        main(["status", str(tmp_path), "--target", "0"])
-    assert refused.value.code == 2
+    assert main(["status", str(tmp_path), "--target", "0"]) == 2
 
 
 def _tgz(out: Path, root: Path, member: str, exclude: str | None = None) -> Path:
