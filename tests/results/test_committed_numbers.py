@@ -28,6 +28,12 @@ def test_the_report_auroc_is_recomputed():
             assert fresh["signals"][signal][key] == pytest.approx(values[key], abs=1e-9)
 
 
+def _compared_runs(series: Path) -> list[Path]:
+    """The OCSD and GRPO runs of a series, whose checkpoints the series' diagnosis pools (the baselines' runs beside
+    them are left out, so that the population stays the two methods' three seeds)."""
+    return sorted(run for method in ("ocsd", "grpo") for run in series.glob(f"{method}_*_s?"))
+
+
 def _same(fresh, stored, where: str = "") -> None:
     """``fresh`` holds every value of ``stored`` (floats to 1e-9; keys ``stored`` lacks are new and allowed)."""
     if isinstance(stored, dict):
@@ -74,7 +80,7 @@ def test_the_diagnosis_along_training_is_recomputed():
 
     series = RESULTS / "paper_scale" / "valid_train_series3"
     stored = _read(RESULTS / "paper_scale" / "by_step" / "series3.json")
-    fresh = by_step(load(sorted(series.glob("*_s?"))), width=4, n_boot=1000, seed=0)
+    fresh = by_step(load(_compared_runs(series)), width=4, n_boot=1000, seed=0)
     _same(json.loads(json.dumps(fresh)), stored)
 
 
@@ -114,12 +120,12 @@ def test_the_credit_of_each_methods_runs_is_recomputed(series, method, part, cap
 
 @pytest.mark.parametrize("by", ["evidence_words", "next_action"])
 def test_the_third_series_strata_are_recomputed(by, capsys):
-    """``valid_train_series3/strata/strata_<by>.json``: ``diagnostics.strata`` over the six runs of the series."""
+    """``valid_train_series3/strata/strata_<by>.json``: ``diagnostics.strata`` over the series' six OCSD and GRPO runs."""
     series = RESULTS / "paper_scale" / "valid_train_series3"
     stored = _read(series / "strata" / f"strata_{by}.json")
-    argv = [a for run in sorted(series.glob("*_s?")) for a in ("--run", str(run))]
+    argv = [a for run in _compared_runs(series) for a in ("--run", str(run))]
     assert strata.main(argv + ["--by", by, "--json"]) == 0
-    runs = [str(run.relative_to(RESULTS.parent)) for run in sorted(series.glob("*_s?"))]
+    runs = [str(run.relative_to(RESULTS.parent)) for run in _compared_runs(series)]
     assert stored.pop("source").split(", ") == runs  # the folders it was computed from, as given
     _same(json.loads(capsys.readouterr().out), stored)
 
