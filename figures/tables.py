@@ -3,7 +3,10 @@
 Each run contributes the evaluation of its last checkpoint where one was written there
 (``global_step_N/eval.json``: ``python -m training.evaluate --ckpt RUN/global_step_N --out``, e.g. on the
 real valid_seen split with ``--repeats``), else its last validation row (the last ``metrics.jsonl`` row with
-``val/success_rate``); runs
+``val/success_rate``). With ``--evals DIR`` the evaluations kept apart from the runs are used instead
+(``eval_<RUN>_step<K>.json`` anywhere under DIR, as a campaign's series keeps them, matched to a run by its folder's
+name): each run's latest, or with ``--eval-step K`` the one of step K; a run without one is left out by name rather
+than taken from its validation rows, and each evaluation used is named under the table; runs
 are grouped by environment (``run.json``'s ``env``) and method (and by ``rho``/``beta`` where a method was run
 with several values). A cell is the mean over the group's seeds ± the sample standard deviation (ddof 1; only
 the mean for a single seed), from :func:`diagnostics.runs.validation_stats`, shown in percent. The best mean of
@@ -29,7 +32,8 @@ only, ``tab:ablation_details``).
 
 Command::
 
-    python -m figures.tables (--index OUT/index.json | --run A --run B ...) [--out DIR] [--format md|latex|both]
+    python -m figures.tables (--index OUT/index.json | --run A --run B ...) [--evals DIR [--eval-step K]]
+        [--out DIR] [--format md|latex|both] [--paper-reference MODEL]
 """
 
 from __future__ import annotations
@@ -42,11 +46,11 @@ from typing import Callable, Sequence
 from diagnostics.runs import VAL_OVERALL, VAL_PREFIX, SeedStats, evaluation_row, last_validation, validation_stats
 from figures._common import (METHOD_LABELS, FigureError, RunInfo, SkipFigure, add_output_options, check_paper_model,
                              check_run_dir, load_runs, method_label, read_json_file)
-from ocsd.cli import entry_point
+from ocsd.cli import entry_point, positive_int
 from ocsd.environments import get_environment
-from ocsd.records import checkpoint_dirs
+from ocsd.records import checkpoint_dirs, evaluation_files
 
-__all__ = ["Column", "TableSpec", "read_index", "collect", "collect_by_env", "main_columns", "searchqa_columns",
+__all__ = ["Column", "TableSpec", "Evaluations", "result_row", "read_index", "collect", "collect_by_env", "main_columns", "searchqa_columns",
            "searchqa_detail_columns", "aggregate", "paper_rows", "to_markdown", "to_latex", "build", "main"]
 
 NAME = "table_main"
@@ -146,24 +150,83 @@ EVAL_FILE = "eval.json"
 """What ``python -m training.evaluate --out`` writes into a checkpoint folder."""
 
 
-def result_row(run: RunInfo) -> tuple[dict | None, str]:
-    """The row a run contributes and where it comes from: the evaluation of its last checkpoint
-    (``global_step_N/eval.json``) if there is one, else its last validation row (None without either)."""
+@dataclass(frozen=True)
+class Evaluations:
+    """Evaluations kept apart from the runs (``--evals DIR``): :func:`ocsd.records.evaluation_files` of DIR.
+
+    Attributes
+    ----------
+    folder : Path
+        Where they were found.
+    files : dict of str to dict of int to Path
+        ``{run name: {step: file}}``.
+    step : int or None
+        The step every run's evaluation must have (``--eval-step``); None takes each run's latest.
+    """
+
+    folder: Path
+    files: dict
+    step: int | None = None
+
+    @classmethod
+    def read(cls, folder, step: int | None = None) -> "Evaluations":
+        """The evaluations under ``folder``.
+
+        Raises
+        ------
+        FigureError
+            ``folder`` is not a folder, or holds no ``eval_<RUN>_step<K>.json`` file (of step ``step`` if given).
+        """
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise FigureError(f"--evals {folder}: not a folder")
+        files = evaluation_files(folder)
+        if not any(step is None or step in steps for steps in files.values()):
+            at = "" if step is None else f" of step {step}"
+            raise FigureError(f"--evals {folder}: no evaluation{at} there (files named eval_<RUN>_step<K>.json)")
+        return cls(folder, files, step)
+
+    def of(self, run: RunInfo) -> tuple[Path | None, str]:
+        """The file for ``run`` (matched by its folder's name), or None and why there is none."""
+        steps = self.files.get(run.path.name, {})
+        if self.step is not None:
+            found = steps.get(self.step)
+            why = f"no evaluation of step {self.step} in {self.folder} (it has {', '.join(map(str, steps)) or 'none'})"
+        else:
+            found = steps[max(steps)] if steps else None
+            why = f"no evaluation in {self.folder}"
+        return found, why
+
+
+def _evaluation_result(run: RunInfo, path: Path) -> dict:
+    env = str(run.info.get("env") or "alfworld")
+    data = read_json_file(path, path.name, "evaluation result")[1]
+    try:
+        return evaluation_row(data, get_environment(env).evaluation.metrics)
+    except ValueError as err:
+        raise FigureError(f"{path}: {err}") from err
+
+
+def result_row(run: RunInfo, evaluations: Evaluations | None = None) -> tuple[dict | None, str]:
+    """The row a run contributes and where it comes from: with ``evaluations``, the run's file there (None and the
+    reason without one); else the evaluation of its last checkpoint (``global_step_N/eval.json``) if there is one,
+    else its last validation row (None without either)."""
+    if evaluations is not None:
+        path, why = evaluations.of(run)
+        return (None, why) if path is None else (_evaluation_result(run, path),
+                                                 str(path.relative_to(evaluations.folder)))
     folders = checkpoint_dirs(run.path)
     if folders and (folders[-1][1] / EVAL_FILE).is_file():
         path = folders[-1][1] / EVAL_FILE
-        env = str(run.info.get("env") or "alfworld")
-        data = read_json_file(path, EVAL_FILE, "evaluation result")[1]
-        try:
-            row = evaluation_row(data, get_environment(env).evaluation.metrics)
-        except ValueError as err:
-            raise FigureError(f"{path}: {err}") from err
-        return row, str(path.relative_to(run.path))
+        return _evaluation_result(run, path), str(path.relative_to(run.path))
     return last_validation(run.metrics), "metrics.jsonl"
 
 
-def collect_by_env(runs: Sequence[RunInfo], entries: Sequence[dict | None] | None = None):
-    """The row of each run (:func:`result_row`), by environment and (method, rho, beta).
+def collect_by_env(runs: Sequence[RunInfo], entries: Sequence[dict | None] | None = None,
+                   evaluations: Evaluations | None = None, sources: list[str] | None = None):
+    """The row of each run (:func:`result_row`), by environment and (method, rho, beta); ``sources``, where
+    given, receives where each kept run's row came from (a path relative to the run folder, or to the
+    ``evaluations``' folder).
 
     Returns
     -------
@@ -175,12 +238,15 @@ def collect_by_env(runs: Sequence[RunInfo], entries: Sequence[dict | None] | Non
     by_env: dict[str, dict[tuple, list]] = {}
     skipped = []
     for run, entry in zip(runs, entries):
-        row, source = result_row(run)
+        row, source = result_row(run, evaluations)
         if row is None:
-            skipped.append(f"{run.path}: no evaluation of its last checkpoint ({EVAL_FILE}) and no validation row "
-                           f"({VAL_OVERALL}) in metrics.jsonl")
+            skipped.append(f"{run.path}: " + (source if evaluations is not None else
+                                              f"no evaluation of its last checkpoint ({EVAL_FILE}) and no validation "
+                                              f"row ({VAL_OVERALL}) in metrics.jsonl"))
             continue
         print(f"tables: {run.path}: {source}", file=sys.stderr)
+        if sources is not None:
+            sources.append(source)
         method = str((entry or {}).get("method") or run.method)
         key = (method, _hyper(run, entry, "rho"), _hyper(run, entry, "beta"))
         env = str(run.info.get("env") or "alfworld")
@@ -433,10 +499,11 @@ def _missing(by_env: dict, wanted: Sequence[str]) -> list[str]:
 
 
 def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", name: str = NAME,
-          paper_reference: str | None = None) -> list[Path]:
+          paper_reference: str | None = None, evals=None, eval_step: int | None = None) -> list[Path]:
     """Collect the runs, print each Markdown table and write ``<table>.md`` / ``<table>.tex``; with
     ``paper_reference`` (a model of the paper, e.g. ``Qwen3-4B``) the paper's rows of that model follow ours.
-    ``name`` is the main table's file name.
+    ``name`` is the main table's file name. ``evals`` (a folder) takes each run's row from the evaluations kept
+    there (:class:`Evaluations`; ``eval_step``: those of that step), named under the main table.
 
     Raises
     ------
@@ -460,8 +527,12 @@ def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", na
         if skipped:
             raise SkipFigure("no completed run in the sweep index: " + "; ".join(skipped))
         raise FigureError("no input: give --run DIR (repeatable) or --index OUT/index.json")
+    if eval_step is not None and evals is None:
+        raise FigureError("--eval-step needs --evals DIR (the folder of eval_<RUN>_step<K>.json files)")
+    evaluations = None if evals is None else Evaluations.read(evals, eval_step)
     runs = load_runs([check_run_dir(p) for p in paths])
-    by_env, left = collect_by_env(runs, entries)
+    sources: list[str] = []
+    by_env, left = collect_by_env(runs, entries, evaluations, sources)
     for reason in skipped + left:
         print(f"tables: left out {reason}", file=sys.stderr)
     if not by_env:
@@ -484,6 +555,8 @@ def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", na
                               spec.label, notes))
 
     runs_left = [f"Left out {reason}." for reason in skipped + left]  # named under the table, not only printed
+    if evaluations is not None:
+        runs_left += [f"Evaluations (under {evaluations.folder}): {', '.join(sources)}."]
     main_parts = _main_parts(by_env)
     if main_parts:
         table(specs[NAME], main_parts, _missing(by_env, ("alfworld", "webshop")) + runs_left, name)
@@ -527,9 +600,13 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--format", default="both", choices=("md", "latex", "both"), help="files to write")
     parser.add_argument("--paper-reference", metavar="MODEL", help="add the paper's rows of MODEL (Qwen3-1.7B, "
                                                                    "Qwen3-4B or Qwen3-8B) below ours")
+    parser.add_argument("--evals", metavar="DIR", help="take each run's row from the evaluations kept in DIR "
+                                                        "(eval_<RUN>_step<K>.json, any depth): its latest")
+    parser.add_argument("--eval-step", type=positive_int("--eval-step"), metavar="K",
+                        help="with --evals: the evaluations of step K (a run without one is left out, named)")
     args = parser.parse_args(argv)
     paths = build(args.out, run_dirs=args.run, index=args.index, fmt=args.format,
-                  paper_reference=args.paper_reference)
+                  paper_reference=args.paper_reference, evals=args.evals, eval_step=args.eval_step)
     print("wrote " + ", ".join(map(str, paths)), file=sys.stderr)
     return 0
 

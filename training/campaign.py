@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import re
 import shutil
 import sys
 import tarfile
@@ -54,8 +53,8 @@ from pathlib import Path
 from typing import Sequence
 
 from ocsd.cli import UsageError, emit, entry_point, fmt, format_table
-from ocsd.records import (METRICS_FILE, RecordError, RunWriter, checkpoint_dirs, checkpoint_folders, read_metrics,
-                          read_run_info, validate_path)
+from ocsd.records import (EVALUATION_NAME, METRICS_FILE, RecordError, RunWriter, checkpoint_dirs, checkpoint_folders,
+                          evaluation_files, read_metrics, read_run_info, validate_path)
 from training.resumable import resumable_checkpoints
 from training.push_size import DEFAULT_LIMIT_MIB, MIB, change_bytes, pending
 from training.resume_pack import PackError, pack, read_pack_info
@@ -67,7 +66,6 @@ RESERVE_MIB = 10.0
 """What ``collect --since`` keeps of a push's budget for the records and analyses still to commit (MiB)."""
 PACKS = "packs"
 """The series' subfolder of resume packs, one ``<NAME>.tar`` per run."""
-_EVAL = re.compile(r"eval_(?P<run>.+)_step(?P<step>\d+)\.json")
 _AUDITS = "audit_*.tgz"
 """The audits of one ``results/paper_scale_on_gpu.sh audit`` job: an ``audit_<NAME>_step<K>/`` folder per checkpoint."""
 OTHER_OUTPUTS = ("ladder_*.tgz", "*.warm.tgz", "verl_check.tgz")
@@ -134,21 +132,13 @@ def _pack_problems(name: str, pack_file: Path, checkpoint: int, recorded: int) -
 
 def _evaluation_files(series: Path) -> dict[str, Path]:
     """Per file name, the ``eval_<NAME>_step<K>.json`` file anywhere in ``series`` (the first by path where a name
-    repeats)."""
-    found: dict[str, Path] = {}
-    for path in sorted(series.rglob("eval_*.json")):
-        if _EVAL.fullmatch(path.name):
-            found.setdefault(path.name, path)
-    return found
+    repeats; :func:`ocsd.records.evaluation_files`)."""
+    return {path.name: path for steps in evaluation_files(series).values() for path in steps.values()}
 
 
 def _evaluations(series: Path) -> dict[str, list[int]]:
     """Per run name, the steps of its ``eval_<NAME>_step<K>.json`` files anywhere in ``series``."""
-    found: dict[str, set[int]] = {}
-    for name in _evaluation_files(series):
-        m = _EVAL.fullmatch(name)
-        found.setdefault(m.group("run"), set()).add(int(m.group("step")))
-    return {name: sorted(steps) for name, steps in found.items()}
+    return {name: list(steps) for name, steps in evaluation_files(series).items()}
 
 
 def run_status(run_dir: str | Path, series: str | Path | None = None, *,
@@ -427,7 +417,7 @@ def _unpack_run(name: str, records: Path, parts: Sequence[Path], runs: Path) -> 
 
 def sent_evaluations(folders: Sequence[str | Path]) -> dict[str, Path]:
     """Per file name, the newest ``eval_<NAME>_step<K>.json`` in ``folders`` (oldest first)."""
-    return {name: path for name, path in _newest(folders, "eval_*.json").items() if _EVAL.fullmatch(name)}
+    return {name: path for name, path in _newest(folders, "eval_*.json").items() if EVALUATION_NAME.fullmatch(name)}
 
 
 def _read_evaluation(path: Path, step: int) -> None:
@@ -452,7 +442,7 @@ def collect_evaluations(series: str | Path, folders: Sequence[str | Path]) -> li
     """
     series = Path(series)
     found = sent_evaluations(folders)
-    steps = {name: int(_EVAL.fullmatch(name)["step"]) for name in found}
+    steps = {name: int(EVALUATION_NAME.fullmatch(name)["step"]) for name in found}
     for name, path in found.items():
         _read_evaluation(path, steps[name])
     held = _evaluation_files(series) if found else {}  # one walk of the series for every file

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -15,7 +16,11 @@ from ocsd.records.checkpoint import atomic_write_bytes, checkpoint_dirs
 from ocsd.records.schema import METRICS_FILE, RUN_FILE, SCHEMA_VERSION, RecordError, is_checkpoint
 from ocsd.records.validation import metrics_problems, validate_replay
 
-__all__ = ["RunWriter", "read_metrics", "read_run_info", "validate_path"]
+__all__ = ["RunWriter", "read_metrics", "read_run_info", "validate_path", "EVALUATION_NAME", "evaluation_files"]
+
+EVALUATION_NAME = re.compile(r"eval_(?P<run>.+)_step(?P<step>\d+)\.json")
+"""The name of an evaluation kept outside its run folder, ``eval_<RUN>_step<K>.json`` (``training.evaluate --json``
+of the run ``<RUN>``'s checkpoint ``global_step_<K>``, as ``results/paper_scale_on_gpu.sh eval`` names it)."""
 
 
 class RunWriter:
@@ -177,3 +182,25 @@ def validate_path(path: str | os.PathLike) -> list[str]:
     for _, ckpt in ckpts:
         problems += validate_replay(ckpt)
     return problems
+
+
+def evaluation_files(folder: str | os.PathLike) -> dict[str, dict[int, Path]]:
+    """The evaluations kept in ``folder`` or any folder below it, by run name and step.
+
+    Parameters
+    ----------
+    folder : path
+        Searched recursively for files named as :data:`EVALUATION_NAME` says (``eval_<RUN>_step<K>.json``).
+
+    Returns
+    -------
+    dict of str to dict of int to Path
+        ``{run name: {step: file}}``, steps in increasing order; where one file name occurs twice the first by path
+        is taken. Other ``eval_*.json`` names are not evaluations of a checkpoint and are left out.
+    """
+    found: dict[str, dict[int, Path]] = {}
+    for path in sorted(Path(folder).rglob("eval_*.json")):
+        match = EVALUATION_NAME.fullmatch(path.name)
+        if match:
+            found.setdefault(match["run"], {}).setdefault(int(match["step"]), path)
+    return {run: dict(sorted(steps.items())) for run, steps in found.items()}

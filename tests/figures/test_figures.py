@@ -296,6 +296,64 @@ def test_table_takes_the_evaluation_of_the_last_checkpoint(tmp_path, capsys):
     assert "global_step_12/eval.json" in capsys.readouterr().err
 
 
+def test_table_takes_the_evaluations_kept_apart(tmp_path, capsys):
+    """``--evals DIR``: each run's eval_<RUN>_step<K>.json under DIR (its latest, or step K with ``--eval-step``)
+    replaces the validation rows; a run without one is left out and named, and the files used are named under the
+    table."""
+    from diagnostics.runs import evaluation_row
+    from tests.figures.runs import make_run
+
+    rng = np.random.default_rng(11)
+    types = ("pick", "look", "clean", "heat", "cool", "pick2")
+    series = tmp_path / "series"
+    ocsd = [make_run(series / f"ocsd_q_s{s}", method="ocsd", seed=s) for s in (1, 2)]
+    grpo = make_run(series / "grpo_q_s1", method="grpo", seed=1)
+    evals = {(run.name, step): _evaluation(rng, types) for run in ocsd for step in (26, 50)}
+    evals[(grpo.name, 26)] = _evaluation(rng, types)
+    for (name, step), result in evals.items():
+        folder = series / f"eval_step{step}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"eval_{name}_step{step}.json").write_text(json.dumps(result))
+    (series / "eval_step50" / "eval_warm_start.json").write_text("{}")  # not an evaluation of a run: ignored
+    argv = [x for run in (*ocsd, grpo) for x in ("--run", str(run))] + ["--evals", str(series), "--format", "md"]
+
+    def overall(line_start: str, out: str) -> str:
+        line = next(line for line in out.splitlines() if line.startswith(line_start))
+        return [c.strip().strip("*") for c in line.strip("|").split("|")][-1]
+
+    assert tables.main(argv + ["--out", str(tmp_path / "latest")]) == 0
+    out = capsys.readouterr().out
+    latest = [evaluation_row(evals[(run.name, 50)])["val/success_rate"] for run in ocsd]
+    assert overall("| OCSD |", out) == f"{100 * np.mean(latest):.1f} ± {100 * np.std(latest, ddof=1):.1f}"
+    assert overall("| GRPO |", out) == f"{100 * evals[(grpo.name, 26)]['success_rate']:.1f}"
+    assert "eval_step50/eval_ocsd_q_s1_step50.json" in out and "eval_step26/eval_grpo_q_s1_step26.json" in out
+
+    assert tables.main(argv + ["--eval-step", "26", "--out", str(tmp_path / "at26")]) == 0
+    out = capsys.readouterr().out
+    at26 = [evals[(run.name, 26)]["success_rate"] for run in ocsd]
+    assert overall("| OCSD |", out) == f"{100 * np.mean(at26):.1f} ± {100 * np.std(at26, ddof=1):.1f}"
+
+    assert tables.main(argv + ["--eval-step", "50", "--out", str(tmp_path / "at50")]) == 0
+    captured = capsys.readouterr()
+    assert "| GRPO |" not in captured.out
+    assert "grpo_q_s1: no evaluation of step 50" in captured.out and "(it has 26)" in captured.out
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--eval-step", "50"], "--eval-step needs --evals"),
+    (["--evals", "missing"], "not a folder"),
+    (["--evals", "."], "no evaluation there"),
+    (["--evals", ".", "--eval-step", "0"], "--eval-step"),
+])
+def test_table_evaluations_bad_input_is_named(runs, tmp_path, monkeypatch, capsys, extra, message):
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = tables.main(["--run", str(runs["ocsd0"]), "--out", str(tmp_path / "out"), *extra])
+    except SystemExit as refused:  # argparse's own refusal of a flag's value
+        code = refused.code
+    assert code == 2 and message in capsys.readouterr().err
+
+
 def test_evaluation_row_keeps_the_environments_metrics():
     from diagnostics.runs import evaluation_row
 

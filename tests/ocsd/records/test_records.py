@@ -400,3 +400,23 @@ def test_validate_reports_a_torn_metrics_line_and_binary_files(ckpt, tmp_path):
     assert any(p.startswith(f"{run / 'metrics.jsonl'}: not UTF-8 text") for p in problems)
     with pytest.raises(RecordError, match="not UTF-8 text"):
         read_metrics(run)
+
+
+def test_evaluation_files_by_run_and_step(tmp_path):
+    """eval_<RUN>_step<K>.json at any depth, by run name (underscores and all) and step, steps in order; other
+    eval_*.json names are not evaluations of a checkpoint; a file name found twice counts once, the first by path."""
+    from ocsd.records import EVALUATION_NAME, evaluation_files
+
+    for rel in ("eval_step50/eval_grpo_qwen0.5b_s1_step50.json", "eval_step26/eval_grpo_qwen0.5b_s1_step26.json",
+                "eval_ocsd_opsd_x_s2_step8.json", "later/eval_step50/eval_grpo_qwen0.5b_s1_step50.json",
+                "eval_qwen0.5b_warm.json", "eval_step50/compare.txt", "eval_a_stepX.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}")
+    found = evaluation_files(tmp_path)
+    assert found == {"grpo_qwen0.5b_s1": {26: tmp_path / "eval_step26/eval_grpo_qwen0.5b_s1_step26.json",
+                                          50: tmp_path / "eval_step50/eval_grpo_qwen0.5b_s1_step50.json"},
+                     "ocsd_opsd_x_s2": {8: tmp_path / "eval_ocsd_opsd_x_s2_step8.json"}}
+    assert list(found["grpo_qwen0.5b_s1"]) == [26, 50]
+    assert EVALUATION_NAME.fullmatch("eval_a_step12.json")["run"] == "a"
+    assert evaluation_files(tmp_path / "eval_step26") == {"grpo_qwen0.5b_s1": {
+        26: tmp_path / "eval_step26/eval_grpo_qwen0.5b_s1_step26.json"}}
