@@ -118,6 +118,24 @@ def test_the_credit_of_each_methods_runs_is_recomputed(series, method, part, cap
     _same(json.loads(capsys.readouterr().out), stored)
 
 
+def test_the_third_series_table_at_step_50_is_rebuilt(tmp_path, capsys):
+    """``valid_train_series3/eval_step50/table_main.md``: ``figures.tables`` over the six OCSD and GRPO runs with
+    their step-50 evaluations (``--evals --eval-step 50``), beside the paper's Qwen3-1.7B."""
+    from figures import tables
+
+    series = RESULTS / "paper_scale" / "valid_train_series3"
+    argv = [a for run in _compared_runs(series) for a in ("--run", str(run))]
+    assert tables.main(argv + ["--evals", str(series), "--eval-step", "50", "--paper-reference", "Qwen3-1.7B",
+                               "--format", "md", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+
+    def rows(path: Path) -> list[str]:
+        return [line for line in path.read_text().splitlines() if line.startswith("|")]
+
+    assert rows(tmp_path / "table_main.md") == rows(series / "eval_step50" / "table_main.md")
+    assert len(rows(tmp_path / "table_main.md")) == 6
+
+
 @pytest.mark.parametrize("by", ["evidence_words", "next_action"])
 def test_the_third_series_strata_are_recomputed(by, capsys):
     """``valid_train_series3/strata/strata_<by>.json``: ``diagnostics.strata`` over the series' six OCSD and GRPO runs."""
