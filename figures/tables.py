@@ -50,8 +50,9 @@ from ocsd.cli import entry_point, positive_int
 from ocsd.environments import get_environment
 from ocsd.records import checkpoint_dirs, evaluation_files
 
-__all__ = ["Column", "TableSpec", "Evaluations", "result_row", "read_index", "collect", "collect_by_env", "main_columns", "searchqa_columns",
-           "searchqa_detail_columns", "aggregate", "paper_rows", "to_markdown", "to_latex", "build", "main"]
+__all__ = ["Column", "TableSpec", "Evaluations", "result_row", "read_index", "collect", "collect_by_env",
+           "main_columns", "searchqa_columns", "searchqa_detail_columns", "aggregate", "paper_rows", "to_markdown",
+           "to_latex", "build", "main"]
 
 NAME = "table_main"
 ABLATION_NAME = "table_ablation"
@@ -191,7 +192,8 @@ class Evaluations:
         steps = self.files.get(run.path.name, {})
         if self.step is not None:
             found = steps.get(self.step)
-            why = f"no evaluation of step {self.step} in {self.folder} (it has {', '.join(map(str, steps)) or 'none'})"
+            held = ", ".join(map(str, steps)) or "none"
+            why = f"no evaluation of step {self.step} in {self.folder} (it has {held})"
         else:
             found = steps[max(steps)] if steps else None
             why = f"no evaluation in {self.folder}"

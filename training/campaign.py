@@ -6,8 +6,8 @@ A series folder (e.g. ``results/paper_scale/valid_train_series3``) holds one fol
 ``eval_<NAME>_step<K>.json`` in any subfolder (``results/paper_scale_on_gpu.sh eval``). Per run this says the last
 step recorded, the last complete checkpoint, the pack's step, the evaluated steps and the run-steps left to
 ``--target`` (one step for every run, and ``METHOD=N`` for a method's own: issue 36 asks 50 steps of OCSD and GRPO
-and 20 of each baseline), and it names what is out of step: a pack older or newer than the records' last checkpoint (repack, or
-copy the records), a pack of another run, records without a pack (the run cannot resume).
+and 20 of each baseline), and it names what is out of step: a pack older or newer than the records' last checkpoint
+(repack, or copy the records), a pack of another run, records without a pack (the run cannot resume).
 
 :func:`collect` brings what a GPU machine sent back into the series: for each run, the newest ``<NAME>.tgz`` (the
 run folder without weights) and ``<NAME>.actor.tgz.*`` (the parts of its last checkpoint's ``actor/``) of the

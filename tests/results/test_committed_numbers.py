@@ -138,7 +138,8 @@ def test_the_third_series_table_at_step_50_is_rebuilt(tmp_path, capsys):
 
 @pytest.mark.parametrize("by", ["evidence_words", "next_action"])
 def test_the_third_series_strata_are_recomputed(by, capsys):
-    """``valid_train_series3/strata/strata_<by>.json``: ``diagnostics.strata`` over the series' six OCSD and GRPO runs."""
+    """``valid_train_series3/strata/strata_<by>.json``: ``diagnostics.strata`` over the series' six OCSD and GRPO
+    runs."""
     series = RESULTS / "paper_scale" / "valid_train_series3"
     stored = _read(series / "strata" / f"strata_{by}.json")
     argv = [a for run in _compared_runs(series) for a in ("--run", str(run))]
