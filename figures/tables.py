@@ -210,9 +210,9 @@ def _evaluation_result(run: RunInfo, path: Path) -> dict:
 
 
 def result_row(run: RunInfo, evaluations: Evaluations | None = None) -> tuple[dict | None, str]:
-    """The row a run contributes and where it comes from: with ``evaluations``, the run's file there (None and the
-    reason without one); else the evaluation of its last checkpoint (``global_step_N/eval.json``) if there is one,
-    else its last validation row (None without either)."""
+    """The row a run contributes and where it comes from, or None and why there is none: with ``evaluations``, the
+    run's file there; else the evaluation of its last checkpoint (``global_step_N/eval.json``) if there is one, else
+    its last validation row."""
     if evaluations is not None:
         path, why = evaluations.of(run)
         return (None, why) if path is None else (_evaluation_result(run, path),
@@ -221,7 +221,11 @@ def result_row(run: RunInfo, evaluations: Evaluations | None = None) -> tuple[di
     if folders and (folders[-1][1] / EVAL_FILE).is_file():
         path = folders[-1][1] / EVAL_FILE
         return _evaluation_result(run, path), str(path.relative_to(run.path))
-    return last_validation(run.metrics), "metrics.jsonl"
+    row = last_validation(run.metrics)
+    if row is None:
+        return None, (f"no evaluation of its last checkpoint ({EVAL_FILE}) and no validation row ({VAL_OVERALL}) in "
+                      "metrics.jsonl")
+    return row, "metrics.jsonl"
 
 
 def collect_by_env(runs: Sequence[RunInfo], entries: Sequence[dict | None] | None = None,
@@ -242,9 +246,7 @@ def collect_by_env(runs: Sequence[RunInfo], entries: Sequence[dict | None] | Non
     for run, entry in zip(runs, entries):
         row, source = result_row(run, evaluations)
         if row is None:
-            skipped.append(f"{run.path}: " + (source if evaluations is not None else
-                                              f"no evaluation of its last checkpoint ({EVAL_FILE}) and no validation "
-                                              f"row ({VAL_OVERALL}) in metrics.jsonl"))
+            skipped.append(f"{run.path}: {source}")
             continue
         print(f"tables: {run.path}: {source}", file=sys.stderr)
         if sources is not None:

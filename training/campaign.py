@@ -687,12 +687,12 @@ def _table(runs: list[RunStatus], targets: Targets) -> str:
     by_method: dict[str, int] = {}
     for r in runs:
         by_method[r.method] = by_method.get(r.method, 0) + r.remaining(targets.of(r.method))
+    not_started = {m: n for m, n in targets.by_method.items() if m not in by_method}
     left = "; ".join([f"{m} {n} to {targets.of(m)}" for m, n in by_method.items()]
-                     + [f"{m} {n} to {n}, no run yet" for m, n in targets.by_method.items() if m not in by_method])
-    by_method.update({m: n for m, n in targets.by_method.items() if m not in by_method})
+                     + [f"{m} {n} to {n}, no run yet" for m, n in not_started.items()])
     lines = [format_table(["run", "method", "seed", "recorded", "checkpoint", "pack", "evaluated", "target",
                            "left"], rows, title=f"{len(runs)} runs")]
-    lines.append(f"run-steps left: {sum(by_method.values())} ({left})")
+    lines.append(f"run-steps left: {sum(by_method.values()) + sum(not_started.values())} ({left})")
     problems = [f"{r.name}: {p}" for r in runs for p in r.problems]
     lines.append("\n".join(["problems:", *problems]) if problems else "every pack holds its run's last checkpoint")
     return "\n".join(lines)
