@@ -103,8 +103,9 @@
 #                                                            without RUN, copy into $OUT the jobs' outputs
 #                                                            (evaluations, audits, ...) not sent yet as they are
 #                                                            now, then the weights of one run started here whose
-#                                                            last checkpoint has not come back yet (the one waiting
-#                                                            longest) with its folder without weights (NAME.tgz),
+#                                                            last checkpoint has not come back yet (a run that has
+#                                                            ended first, then the one waiting longest) with its
+#                                                            folder without weights (NAME.tgz),
 #                                                            where they fit the call (WEIGHTS=0: none), then the
 #                                                            folders of the other runs started here that changed
 #                                                            since they last came, where the call has room (runs
@@ -361,13 +362,16 @@ last_checkpoint() {  # RUN_DIR: the name of its last global_step_N (by N) whose 
 }
 
 weights_due() {  # the run started here whose last checkpoint's weights have not come back yet ($JOBS/weights/NAME
-    # holds the checkpoint that came back last, or that it started from), the one whose weights came back longest
-    # ago first; nothing when none is due (a run carried in the bundle but not started here never is)
+    # holds the checkpoint that came back last, or that it started from): a run that has ended first (its last
+    # checkpoint is its final one: once the machine is given back it is lost, while a running run's next poll brings
+    # newer weights anyway), then the one whose weights came back longest ago; nothing when none is due (a run
+    # carried in the bundle but not started here never is)
     local r name last t best="" best_t=""
     for r in $RUNS_DIR/*/; do
         r=${r%/} name=$(basename "$r") last=$(last_checkpoint "$r")
         [ -e "$JOBS/weights/$name" ] && [ -n "$last" ] && [ "$(cat "$JOBS/weights/$name")" != "$last" ] || continue
         t=$(stat -c %Y $JOBS/weights/$name 2>/dev/null || echo 0)
+        going "$name" && t=$(( t + 10**10 ))  # a running run after every run that has ended
         [ -n "$best" ] && [ "$t" -ge "$best_t" ] && continue
         best=$name best_t=$t
     done

@@ -233,6 +233,16 @@ def test_poll_without_runs_brings_outputs_every_run_folder_and_one_runs_newer_we
         assert packed.getnames()[-1] == "ocsd_a/global_step_12/actor/trainer_state.pt"
 
 
+def test_the_final_weights_of_a_run_that_ended_come_before_those_of_a_run_still_training(tmp_path):
+    """A run that has ended has its last checkpoint for good, lost when the machine is given back; a running run's
+    next poll brings newer weights anyway. grpo_a has waited longer (it sorts first), ocsd_a has ended."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "ocsd_a.rc").write_text("0\n")
+    brought = [sorted(p.name for p in _poll(tmp_path).iterdir() if ".actor." in p.name) for _ in range(3)]
+    assert brought == [["ocsd_a.actor.tgz.aa"], ["grpo_a.actor.tgz.aa"], []]
+
+
 def test_weights_that_would_pass_a_calls_eight_files_are_left_for_a_poll_naming_the_run(tmp_path):
     out = _poll(tmp_path, outputs=7)  # 7 outputs and the folder of the run whose weights are due: 8 files already
     assert len(list(out.iterdir())) == 8 and not list(out.glob("*.actor.*")) and (out / "grpo_a.tgz").exists()
