@@ -7,7 +7,8 @@ A series folder (e.g. ``results/paper_scale/valid_train_series3``) holds one fol
 step recorded, the last complete checkpoint, the pack's step, the evaluated steps and the run-steps left to
 ``--target`` (one step for every run, and ``METHOD=N`` for a method's own: issue 36 asks 50 steps of OCSD and GRPO
 and 20 of each baseline), and it names what is out of step: a pack older or newer than the records' last checkpoint
-(repack, or copy the records), a pack of another run, records without a pack (the run cannot resume).
+(repack, or copy the records), a pack of another run, records without a pack (the run cannot resume), an
+evaluation of a step past the records' last checkpoint (its weights were lost: the run retrains that step).
 
 :func:`collect` brings what a GPU machine sent back into the series: for each run, the newest ``<NAME>.tgz`` (the
 run folder without weights) and ``<NAME>.actor.tgz.*`` (the parts of its last checkpoint's ``actor/``) of the
@@ -130,6 +131,16 @@ def _pack_problems(name: str, pack_file: Path, checkpoint: int, recorded: int) -
     return step, problems
 
 
+def _evaluation_problems(name: str, evaluated: Sequence[int], checkpoint: int) -> list[str]:
+    """The evaluations of steps past the records' last checkpoint: their weights are in no pack (they did not come
+    back and the records were rolled back, :func:`roll_back`), so the run retrains those steps and such a file
+    evaluates a checkpoint the run will not have."""
+    past = [step for step in evaluated if step > checkpoint]
+    return [f"eval_{name}_step{step}.json evaluates step {step}, past the records' last checkpoint {checkpoint}: "
+            f"its weights are in no pack, so the run retrains from {checkpoint}; move the file out of the series "
+            f"and evaluate the retrained step {step}" for step in past]
+
+
 def _evaluation_files(series: Path) -> dict[str, Path]:
     """Per file name, the ``eval_<NAME>_step<K>.json`` file anywhere in ``series`` (the first by path where a name
     repeats; :func:`ocsd.records.evaluation_files`)."""
@@ -159,6 +170,7 @@ def run_status(run_dir: str | Path, series: str | Path | None = None, *,
     checkpoint = max((n for n, folder in checkpoint_dirs(run_dir) if folder in complete), default=0)
     pack, problems = _pack_problems(run_dir.name, series / PACKS / f"{run_dir.name}.tar", checkpoint, recorded)
     evaluated = (evaluations if evaluations is not None else _evaluations(series)).get(run_dir.name, [])
+    problems += _evaluation_problems(run_dir.name, evaluated, checkpoint)
     return RunStatus(name=run_dir.name, method=str(info.get("method", "")), model=str(info.get("model", "")),
                      seed=int(info.get("seed", 0)), recorded=recorded, checkpoint=checkpoint, pack=pack,
                      evaluated=evaluated, problems=problems)

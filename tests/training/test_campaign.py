@@ -105,6 +105,19 @@ def test_evaluation_files_are_matched_by_run_name(series):
     assert run_status(series / RUN).evaluated == [8, 50]
 
 
+def test_an_evaluation_past_the_last_checkpoint_is_named(series):
+    """Its weights were lost (the records rolled back to the pack): the run retrains that step, so the file
+    evaluates a checkpoint the run will not have."""
+    (series / "eval_step50").mkdir()
+    for step in (STEP, STEP + 2):
+        (series / "eval_step50" / f"eval_{RUN}_step{step}.json").write_text("{}")
+    status = run_status(series / RUN)
+    (problem,) = status.problems
+    assert status.evaluated == [STEP, STEP + 2]
+    assert f"eval_{RUN}_step{STEP + 2}.json" in problem and f"last checkpoint {STEP}" in problem
+    assert "retrains" in problem
+
+
 def test_the_command_exit_status_and_json(series, capsys):
     assert main(["status", str(series), "--target", str(STEP + 6), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -239,6 +252,26 @@ def test_records_past_a_checkpoint_whose_weights_were_lost_are_rolled_back(serie
     status = run_status(series / RUN)
     assert status.problems == [] and status.pack == status.checkpoint == status.recorded == STEP
     assert not roll_back(series / RUN, STEP)  # nothing past the pack: nothing dropped
+
+
+def test_an_evaluation_of_a_step_rolled_back_is_named_by_the_collection(series, tmp_path, capsys):
+    """The machine evaluated the run's last checkpoint, whose weights did not come back: the records are rolled back
+    to the pack and the evaluation, filed as sent, is named as out of step."""
+    machine = tmp_path / "machine"
+    shutil.copytree(SERIES / RUN, machine / RUN)
+    shutil.copytree(machine / RUN / f"global_step_{STEP}", machine / RUN / f"global_step_{STEP + 2}")
+    rows = [json.loads(line) for line in (machine / RUN / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows += [{**rows[-1], "step": STEP + k} for k in (1, 2)]
+    (machine / RUN / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    folder = tmp_path / "poll"
+    folder.mkdir()
+    _tgz(folder / f"{RUN}.tgz", machine, RUN)
+    (folder / f"eval_{RUN}_step{STEP + 2}.json").write_text(json.dumps({"success_rate": 0.9,
+                                                                        "global_step": STEP + 2}))
+    assert main(["collect", str(series), str(folder), "--runs", str(tmp_path / "runs")]) == 1
+    out = capsys.readouterr().out
+    assert f"rolled back to the pack's step {STEP}" in out
+    assert f"eval_{RUN}_step{STEP + 2}.json evaluates step {STEP + 2}, past the records' last checkpoint {STEP}" in out
 
 
 def test_collect_refuses_what_it_cannot_read(sent, tmp_path, capsys):
