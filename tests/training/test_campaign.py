@@ -231,18 +231,25 @@ def test_the_newest_folder_wins(sent, tmp_path):
     assert sent_back([sent, old])[RUN] == (old / f"{RUN}.tgz", sorted(sent.glob(f"{RUN}.actor.tgz.*")))
 
 
-def test_records_past_a_checkpoint_whose_weights_were_lost_are_rolled_back(series, tmp_path):
-    """The machine was given back before the weights of its last checkpoint came: the run resumes from the pack, so
-    the series keeps its records only to the pack's step, as the trainer does when it resumes there."""
+def _records_past_the_pack(tmp_path: Path, name: str, *, rows: int) -> Path:
+    """A poll folder ``name`` holding the committed run's records (no weights) with a checkpoint STEP + 2 and
+    ``rows`` metrics rows past STEP, as a machine given back before the weights of STEP + 2 came sends them."""
     machine = tmp_path / "machine"
     shutil.copytree(SERIES / RUN, machine / RUN)
     shutil.copytree(machine / RUN / f"global_step_{STEP}", machine / RUN / f"global_step_{STEP + 2}")
-    rows = [json.loads(line) for line in (machine / RUN / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rows += [{**rows[-1], "step": STEP + k} for k in (1, 2, 3)]
-    (machine / RUN / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    folder = tmp_path / "poll_records_only"
+    metrics = [json.loads(line) for line in (machine / RUN / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    metrics += [{**metrics[-1], "step": STEP + k} for k in range(1, rows + 1)]
+    (machine / RUN / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics))
+    folder = tmp_path / name
     folder.mkdir()
     _tgz(folder / f"{RUN}.tgz", machine, RUN)
+    return folder
+
+
+def test_records_past_a_checkpoint_whose_weights_were_lost_are_rolled_back(series, tmp_path):
+    """The machine was given back before the weights of its last checkpoint came: the run resumes from the pack, so
+    the series keeps its records only to the pack's step, as the trainer does when it resumes there."""
+    folder = _records_past_the_pack(tmp_path, "poll_records_only", rows=3)
     done, invalid = collect(series, [folder], tmp_path / "runs")
     assert invalid == [] and "no weights came back" in done[0]
     assert f"checkpoint {STEP + 2} are not in the pack" in done[0]
@@ -257,15 +264,7 @@ def test_records_past_a_checkpoint_whose_weights_were_lost_are_rolled_back(serie
 def test_an_evaluation_of_a_step_rolled_back_is_named_by_the_collection(series, tmp_path, capsys):
     """The machine evaluated the run's last checkpoint, whose weights did not come back: the records are rolled back
     to the pack and the evaluation, filed as sent, is named as out of step."""
-    machine = tmp_path / "machine"
-    shutil.copytree(SERIES / RUN, machine / RUN)
-    shutil.copytree(machine / RUN / f"global_step_{STEP}", machine / RUN / f"global_step_{STEP + 2}")
-    rows = [json.loads(line) for line in (machine / RUN / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rows += [{**rows[-1], "step": STEP + k} for k in (1, 2)]
-    (machine / RUN / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    folder = tmp_path / "poll"
-    folder.mkdir()
-    _tgz(folder / f"{RUN}.tgz", machine, RUN)
+    folder = _records_past_the_pack(tmp_path, "poll", rows=2)
     (folder / f"eval_{RUN}_step{STEP + 2}.json").write_text(json.dumps({"success_rate": 0.9,
                                                                         "global_step": STEP + 2}))
     assert main(["collect", str(series), str(folder), "--runs", str(tmp_path / "runs")]) == 1
