@@ -131,14 +131,13 @@ def _pack_problems(name: str, pack_file: Path, checkpoint: int, recorded: int) -
     return step, problems
 
 
-def _evaluation_problems(name: str, evaluated: Sequence[int], checkpoint: int) -> list[str]:
-    """The evaluations of steps past the records' last checkpoint: their weights are in no pack (they did not come
-    back and the records were rolled back, :func:`roll_back`), so the run retrains those steps and such a file
-    evaluates a checkpoint the run will not have."""
-    past = [step for step in evaluated if step > checkpoint]
-    return [f"eval_{name}_step{step}.json evaluates step {step}, past the records' last checkpoint {checkpoint}: "
-            f"its weights are in no pack, so the run retrains from {checkpoint}; move the file out of the series "
-            f"and evaluate the retrained step {step}" for step in past]
+def _evaluation_problems(files: dict[int, Path], checkpoint: int) -> list[str]:
+    """The evaluation ``files`` (by step) of steps past the records' last checkpoint: their weights are in no pack
+    (they did not come back and the records were rolled back, :func:`roll_back`), so the run retrains those steps
+    and such a file evaluates a checkpoint the run will not have."""
+    return [f"{path} evaluates step {step}, past the records' last checkpoint {checkpoint}: its weights are in no "
+            f"pack, so the run retrains from {checkpoint}; move the file out of the series and evaluate the retrained "
+            f"step {step}" for step, path in files.items() if step > checkpoint]
 
 
 def _evaluation_files(series: Path) -> dict[str, Path]:
@@ -147,15 +146,10 @@ def _evaluation_files(series: Path) -> dict[str, Path]:
     return {path.name: path for steps in evaluation_files(series).values() for path in steps.values()}
 
 
-def _evaluations(series: Path) -> dict[str, list[int]]:
-    """Per run name, the steps of its ``eval_<NAME>_step<K>.json`` files anywhere in ``series``."""
-    return {name: list(steps) for name, steps in evaluation_files(series).items()}
-
-
 def run_status(run_dir: str | Path, series: str | Path | None = None, *,
-               evaluations: dict[str, list[int]] | None = None) -> RunStatus:
+               evaluations: dict[str, dict[int, Path]] | None = None) -> RunStatus:
     """The status of the run folder ``run_dir`` in ``series`` (default: its parent folder); ``evaluations``:
-    :func:`_evaluations` of the series when already read (it is read here otherwise).
+    :func:`ocsd.records.evaluation_files` of the series when already read (it is read here otherwise).
 
     Raises
     ------
@@ -169,11 +163,11 @@ def run_status(run_dir: str | Path, series: str | Path | None = None, *,
     complete = set(checkpoint_folders(run_dir, warn=False))
     checkpoint = max((n for n, folder in checkpoint_dirs(run_dir) if folder in complete), default=0)
     pack, problems = _pack_problems(run_dir.name, series / PACKS / f"{run_dir.name}.tar", checkpoint, recorded)
-    evaluated = (evaluations if evaluations is not None else _evaluations(series)).get(run_dir.name, [])
-    problems += _evaluation_problems(run_dir.name, evaluated, checkpoint)
+    files = (evaluations if evaluations is not None else evaluation_files(series)).get(run_dir.name, {})
+    problems += _evaluation_problems(files, checkpoint)
     return RunStatus(name=run_dir.name, method=str(info.get("method", "")), model=str(info.get("model", "")),
                      seed=int(info.get("seed", 0)), recorded=recorded, checkpoint=checkpoint, pack=pack,
-                     evaluated=evaluated, problems=problems)
+                     evaluated=list(files), problems=problems)
 
 
 def series_status(series: str | Path) -> list[RunStatus]:
@@ -190,7 +184,7 @@ def series_status(series: str | Path) -> list[RunStatus]:
     runs = sorted(p for p in series.iterdir() if (p / "run.json").is_file())
     if not runs:
         raise UsageError(f"{series}: no run folder (a folder with a run.json) in it")
-    evaluations = _evaluations(series)  # one walk of the series for every run
+    evaluations = evaluation_files(series)  # one walk of the series for every run
     return [run_status(run, series, evaluations=evaluations) for run in runs]
 
 
