@@ -51,8 +51,8 @@ from ocsd.environments import get_environment
 from ocsd.records import checkpoint_dirs, evaluation_files
 
 __all__ = ["Column", "TableSpec", "Evaluations", "result_row", "read_index", "collect", "collect_by_env",
-           "main_columns", "searchqa_columns", "searchqa_detail_columns", "aggregate", "paper_rows", "to_markdown",
-           "to_latex", "build", "main"]
+           "step_suffixes", "main_columns", "searchqa_columns", "searchqa_detail_columns", "aggregate", "paper_rows",
+           "to_markdown", "to_latex", "build", "main"]
 
 NAME = "table_main"
 ABLATION_NAME = "table_ablation"
@@ -187,6 +187,13 @@ class Evaluations:
             raise FigureError(f"--evals {folder}: no evaluation{at} there (files named eval_<RUN>_step<K>.json)")
         return cls(folder, files, step)
 
+    def step_of(self, run: RunInfo) -> int | None:
+        """The step of the evaluation :meth:`of` takes for ``run``, or None where there is none."""
+        steps = self.files.get(run.path.name, {})
+        if self.step is not None:
+            return self.step if self.step in steps else None
+        return max(steps) if steps else None
+
     def of(self, run: RunInfo) -> tuple[Path | None, str]:
         """The file for ``run`` (matched by its folder's name), or None and why there is none."""
         steps = self.files.get(run.path.name, {})
@@ -229,10 +236,12 @@ def result_row(run: RunInfo, evaluations: Evaluations | None = None) -> tuple[di
 
 
 def collect_by_env(runs: Sequence[RunInfo], entries: Sequence[dict | None] | None = None,
-                   evaluations: Evaluations | None = None, sources: list[str] | None = None):
+                   evaluations: Evaluations | None = None, sources: list[str] | None = None,
+                   steps: dict | None = None):
     """The row of each run (:func:`result_row`), by environment and (method, rho, beta); ``sources``, where
     given, receives where each kept run's row came from (a path relative to the run folder, or to the
-    ``evaluations``' folder).
+    ``evaluations``' folder), and ``steps``, with ``evaluations``, the steps each (method, rho, beta)'s rows
+    were evaluated at (``{key: set of int}``).
 
     Returns
     -------
@@ -253,6 +262,8 @@ def collect_by_env(runs: Sequence[RunInfo], entries: Sequence[dict | None] | Non
             sources.append(source)
         method = str((entry or {}).get("method") or run.method)
         key = (method, _hyper(run, entry, "rho"), _hyper(run, entry, "beta"))
+        if steps is not None and evaluations is not None:
+            steps.setdefault(key, set()).add(evaluations.step_of(run))
         env = str(run.info.get("env") or "alfworld")
         by_env.setdefault(env, {}).setdefault(key, []).append(((entry or {}).get("seed", run.seed), row))
     return by_env, skipped
@@ -316,7 +327,28 @@ def searchqa_detail_columns(stats: Sequence[dict]) -> list[Column]:
     return _typed_columns(_types(stats), SEARCHQA_DATASETS, Column("Avg.", "val/em_avg", "avg"))
 
 
-def aggregate(parts: Sequence[tuple[dict, list[Column]]]) -> tuple[list[str], list[Column], dict[str, dict]]:
+def step_suffixes(steps: dict) -> dict[tuple, str]:
+    """Row-label suffixes naming the step each row was evaluated at, where the rows' steps differ.
+
+    Parameters
+    ----------
+    steps : dict
+        ``{(method, rho, beta): set of int}``, the steps of each row's evaluations (:func:`collect_by_env`).
+
+    Returns
+    -------
+    dict
+        ``{key: " (step K)"}`` (``" (steps K1, K2)"`` where a row's seeds were evaluated at several), or empty
+        when every row was evaluated at the same steps: a table that mixes steps says so in its rows.
+    """
+    if len({frozenset(s) for s in steps.values()}) < 2:
+        return {}
+    return {key: (" (step " if len(s) == 1 else " (steps ") + ", ".join(map(str, sorted(s))) + ")"
+            for key, s in steps.items()}
+
+
+def aggregate(parts: Sequence[tuple[dict, list[Column]]], suffixes: dict[tuple, str] | None = None,
+              ) -> tuple[list[str], list[Column], dict[str, dict]]:
     """Row labels, columns and cells (row label -> column name -> :class:`diagnostics.runs.SeedStats`).
 
     Parameters
@@ -325,6 +357,8 @@ def aggregate(parts: Sequence[tuple[dict, list[Column]]]) -> tuple[list[str], li
         Per environment, its ``(method, rho, beta) -> [(seed, row), ...]`` groups and its columns; a method
         without runs in an environment has empty cells there. A method run with one (rho, beta) is labelled by
         its name; with several, each row also names rho and beta.
+    suffixes : dict, optional
+        ``{(method, rho, beta): text}`` appended to the row's label (:func:`step_suffixes`).
     """
     keys = sorted({k for groups, _ in parts for k in groups}, key=lambda k: (_order(k[0]), str(k[1]), str(k[2])))
     per_method = {m: sum(k[0] == m for k in keys) for m, _, _ in keys}
@@ -333,6 +367,7 @@ def aggregate(parts: Sequence[tuple[dict, list[Column]]]) -> tuple[list[str], li
     for key in keys:
         method, rho, beta = key
         label = method_label(method) + (f" (rho={rho}, beta={beta})" if per_method[method] > 1 else "")
+        label += (suffixes or {}).get(key, "")
         row = {}
         for groups, cols in parts:
             stats = validation_stats([r for _, r in groups.get(key, [])])
@@ -394,7 +429,7 @@ def paper_rows(model: str, labels: Sequence[str], columns: Sequence[Column], *,
     check_paper_model(model)
     values = values or paper.main_results
     methods = methods if methods is not None else paper.PAPER_METHODS
-    ours = {method_label(m) for m in methods.values() if m} & {lab.split(" (rho=")[0] for lab in labels}
+    ours = {method_label(m) for m in methods.values() if m} & {lab.split(" (")[0] for lab in labels}
     rows = []
     for name, method in methods.items():
         if ours and (method is None or method_label(method) not in ours):
@@ -536,7 +571,9 @@ def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", na
     evaluations = None if evals is None else Evaluations.read(evals, eval_step)
     runs = load_runs([check_run_dir(p) for p in paths])
     sources: list[str] = []
-    by_env, left = collect_by_env(runs, entries, evaluations, sources)
+    steps: dict[tuple, set] = {}
+    by_env, left = collect_by_env(runs, entries, evaluations, sources, steps)
+    suffixes = step_suffixes(steps)
     for reason in skipped + left:
         print(f"tables: left out {reason}", file=sys.stderr)
     if not by_env:
@@ -547,7 +584,7 @@ def build(out_dir, *, run_dirs: Sequence = (), index=None, fmt: str = "both", na
 
     def table(spec: TableSpec, parts, notes, file_name: str | None = None, model: str | None = paper_reference,
               methods=None) -> None:
-        labels, columns, cells = aggregate(parts)
+        labels, columns, cells = aggregate(parts, suffixes)
         paper = paper_rows(model, labels, columns, values=spec.paper_values, methods=methods) if model else ()
         where = "" if spec.name in (SEARCHQA_NAME, SEARCHQA_DETAILS_NAME) else f" on {main_envs}"
         caption = f"{spec.what}{where}, mean $\\pm$ std over seeds."

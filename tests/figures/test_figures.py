@@ -299,7 +299,7 @@ def test_table_takes_the_evaluation_of_the_last_checkpoint(tmp_path, capsys):
 def test_table_takes_the_evaluations_kept_apart(tmp_path, capsys):
     """``--evals DIR``: each run's eval_<RUN>_step<K>.json under DIR (its latest, or step K with ``--eval-step``)
     replaces the validation rows; a run without one is left out and named, and the files used are named under the
-    table."""
+    table. Rows evaluated at different steps name their step in the label; rows all of one step do not."""
     from diagnostics.runs import evaluation_row
     from tests.figures.runs import make_run
 
@@ -324,9 +324,15 @@ def test_table_takes_the_evaluations_kept_apart(tmp_path, capsys):
     assert tables.main(argv + ["--out", str(tmp_path / "latest")]) == 0
     out = capsys.readouterr().out
     latest = [evaluation_row(evals[(run.name, 50)])["val/success_rate"] for run in ocsd]
-    assert overall("| OCSD |", out) == f"{100 * np.mean(latest):.1f} ± {100 * np.std(latest, ddof=1):.1f}"
-    assert overall("| GRPO |", out) == f"{100 * evals[(grpo.name, 26)]['success_rate']:.1f}"
+    mean, std = 100 * np.mean(latest), 100 * np.std(latest, ddof=1)
+    assert overall("| OCSD (step 50) |", out) == f"{mean:.1f} ± {std:.1f}"
+    assert overall("| GRPO (step 26) |", out) == f"{100 * evals[(grpo.name, 26)]['success_rate']:.1f}"
     assert "eval_step50/eval_ocsd_q_s1_step50.json" in out and "eval_step26/eval_grpo_q_s1_step26.json" in out
+    assert "(step 50)" in (tmp_path / "latest" / "table_main.md").read_text()
+
+    assert tables.main(argv + ["--paper-reference", "Qwen3-1.7B", "--out", str(tmp_path / "paper")]) == 0
+    out = capsys.readouterr().out  # the step suffix does not hide which of the paper's rows are ours
+    assert "| paper, Qwen3-1.7B: OCSD |" in out and "| paper, Qwen3-1.7B: GRPO |" in out and "SDAR" not in out
 
     assert tables.main(argv + ["--eval-step", "26", "--out", str(tmp_path / "at26")]) == 0
     out = capsys.readouterr().out
@@ -337,6 +343,16 @@ def test_table_takes_the_evaluations_kept_apart(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "| GRPO |" not in captured.out
     assert "grpo_q_s1: no evaluation of step 50" in captured.out and "(it has 26)" in captured.out
+
+    (series / "eval_step26" / f"eval_{ocsd[1].name}_step26.json").unlink()
+    assert tables.main(argv + ["--out", str(tmp_path / "mixed")]) == 0
+    out = capsys.readouterr().out
+    assert "| OCSD (step 50) |" in out  # each seed's latest: still 50 for both
+    (series / "eval_step50" / f"eval_{ocsd[1].name}_step50.json").rename(
+        series / "eval_step26" / f"eval_{ocsd[1].name}_step26.json")
+    assert tables.main(argv + ["--out", str(tmp_path / "seeds")]) == 0
+    out = capsys.readouterr().out
+    assert "| OCSD (steps 26, 50) |" in out and "| GRPO (step 26) |" in out
 
 
 @pytest.mark.parametrize("extra, message", [
