@@ -85,7 +85,8 @@ def test_the_diagnosis_along_training_is_recomputed():
 
 
 @pytest.mark.parametrize("name", ["series3_ocsd_grpo", "series2_ocsd_grpo", "series2_ocsd_grpo_steps1-25",
-                                  "series3_rerun"])
+                                  "series3_rerun", "series3_rlsd_grpo", "series3_rlsd_ocsd", "series3_sdar_grpo",
+                                  "series3_sdar_ocsd"])
 def test_the_paired_training_steps_are_recomputed(name, capsys):
     """``results/paper_scale/paired_steps/NAME.json``: the command, rerun on the runs and steps it names."""
     from diagnostics import paired_steps
@@ -134,6 +135,26 @@ def test_the_third_series_table_at_step_50_is_rebuilt(tmp_path, capsys):
 
     assert rows(tmp_path / "table_main.md") == rows(series / "eval_step50" / "table_main.md")
     assert len(rows(tmp_path / "table_main.md")) == 6
+
+
+def test_the_third_series_table_of_each_runs_latest_evaluation_is_rebuilt(tmp_path, capsys):
+    """``valid_train_series3/table_latest/table_main.md``: ``figures.tables`` over every run of the series with its
+    latest evaluation (``--evals`` alone: OCSD and GRPO at 50, the baselines at 20, each row naming its step)."""
+    from figures import tables
+
+    series = RESULTS / "paper_scale" / "valid_train_series3"
+    argv = [a for run in sorted(series.glob("*_qwen0.5b_s?")) for a in ("--run", str(run))]
+    assert tables.main(argv + ["--evals", str(series), "--paper-reference", "Qwen3-1.7B", "--format", "md",
+                               "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+
+    def rows(path: Path) -> list[str]:
+        return [line for line in path.read_text().splitlines() if line.startswith("|")]
+
+    fresh = rows(tmp_path / "table_main.md")
+    assert fresh == rows(series / "table_latest" / "table_main.md")
+    assert any(line.startswith("| OCSD (step 50) | 3 |") for line in fresh)
+    assert any(line.startswith("| SDAR (step 20) | 1 |") for line in fresh)
 
 
 @pytest.mark.parametrize("by", ["evidence_words", "next_action"])
@@ -210,3 +231,22 @@ def test_the_ladders_are_recomputed_from_their_rescorings(folder):
                                          seed=stored["seed"])
         _same(json.loads(json.dumps(fresh)), {k: v for k, v in pair.items() if k not in ("a", "b")},
               f"{pair['a']} - {pair['b']}")
+
+
+def test_the_baselines_comparisons_at_step_20_are_recomputed(capsys):
+    """``valid_train_series3/eval_step20/compare.txt``: ``diagnostics.compare`` of RLSD's and SDAR's step-20
+    evaluations against the warm start, seed 1's GRPO and OCSD at 26 and 50, and each other, block by block."""
+    from diagnostics import compare
+
+    paper_scale = RESULTS / "paper_scale"
+    series = paper_scale / "valid_train_series3"
+    at = {k: series / f"eval_step{k}" for k in (20, 26, 50)}
+    others = [paper_scale / "eval_qwen0.5b_warm.json"] + [at[k] / f"eval_{m}_qwen0.5b_s1_step{k}.json"
+                                                          for k in (26, 50) for m in ("grpo", "ocsd")]
+    pairs = [(at[20] / f"eval_{m}_qwen0.5b_s1_step20.json", b) for m in ("rlsd", "sdar") for b in others]
+    pairs.append((at[20] / "eval_sdar_qwen0.5b_s1_step20.json", at[20] / "eval_rlsd_qwen0.5b_s1_step20.json"))
+    stored = [block.strip() for block in (at[20] / "compare.txt").read_text().split("\n\n") if block.strip()]
+    assert len(stored) == len(pairs)
+    for (a, b), block in zip(pairs, stored):
+        assert compare.main([str(a), str(b)]) == 0
+        assert capsys.readouterr().out.strip() == block
