@@ -25,7 +25,8 @@ steps: where the newest ``<NAME>.tgz`` holds fewer steps than an earlier folder'
 earlier machine, or the folders out of order), nothing is collected and the file is named (:func:`behind`). Then
 each run folder of the series is validated (``ocsd.records``). The evaluations the folders hold
 (``eval_<NAME>_step<K>.json``, the newest of each name) go into ``eval_step<K>/`` of the series, or replace the file
-of that name where the series has one. The audits (``audit_<NAME>.tgz`` of ``results/paper_scale_on_gpu.sh audit``:
+of that name where the series has one; an evaluation of a step past the last checkpoint of its run's records (their
+weights did not come back and the records were rolled back) is not filed, and is named where it stays. The audits (``audit_<NAME>.tgz`` of ``results/paper_scale_on_gpu.sh audit``:
 one ``audit_<NAME>_step<K>/`` folder of ``rescoring.audit`` per checkpoint) are unpacked into the series, replacing
 a folder of the same name; their bytes come off ``--budget-mib`` before the packs'. The GPU script's other outputs
 (``ladder_*.tgz``, ``*.warm.tgz``, ``verl_check.tgz``) are named and left where they are.
@@ -160,8 +161,7 @@ def run_status(run_dir: str | Path, series: str | Path | None = None, *,
     series = Path(series) if series is not None else run_dir.parent
     info = read_run_info(run_dir)
     recorded = _recorded(run_dir)
-    complete = set(checkpoint_folders(run_dir, warn=False))
-    checkpoint = max((n for n, folder in checkpoint_dirs(run_dir) if folder in complete), default=0)
+    checkpoint = _last_checkpoint(run_dir)
     pack, problems = _pack_problems(run_dir.name, series / PACKS / f"{run_dir.name}.tar", checkpoint, recorded)
     files = (evaluations if evaluations is not None else evaluation_files(series)).get(run_dir.name, {})
     problems += _evaluation_problems(files, checkpoint)
@@ -438,23 +438,41 @@ def _read_evaluation(path: Path, step: int) -> None:
         raise UsageError(f"{path}: holds the evaluation of step {result['global_step']}, not of step {step}")
 
 
-def collect_evaluations(series: str | Path, folders: Sequence[str | Path]) -> list[str]:
-    """Copy the evaluations sent back in ``folders`` into ``series`` (module docstring); one line per file.
+def _checked_evaluations(folders: Sequence[str | Path]) -> dict[str, tuple[Path, int]]:
+    """The evaluations sent back in ``folders`` (:func:`sent_evaluations`) with their steps, each read first.
 
     Raises
     ------
     UsageError
-        A file is not JSON, not an evaluation, or of another step than its name says (nothing is copied then).
+        A file is not JSON, not an evaluation, or of another step than its name says.
     """
-    series = Path(series)
-    found = sent_evaluations(folders)
-    steps = {name: int(EVALUATION_NAME.fullmatch(name)["step"]) for name in found}
-    for name, path in found.items():
-        _read_evaluation(path, steps[name])
+    found = {name: (path, int(EVALUATION_NAME.fullmatch(name)["step"])) for name, path in
+             sent_evaluations(folders).items()}
+    for path, step in found.values():
+        _read_evaluation(path, step)
+    return found
+
+
+def _last_checkpoint(run_dir: Path) -> int:
+    """The last complete checkpoint of the records in ``run_dir`` (0 without one)."""
+    complete = set(checkpoint_folders(run_dir, warn=False))
+    return max((n for n, folder in checkpoint_dirs(run_dir) if folder in complete), default=0)
+
+
+def _file_evaluations(series: Path, found: dict[str, tuple[Path, int]]) -> list[str]:
+    """Copy the evaluations ``found`` (:func:`_checked_evaluations`) into ``series``, but none of a step past the
+    last checkpoint of its run's records there: their weights did not come back, so the run retrains that step and
+    the file evaluates a checkpoint the series will not have (it stays where it was sent)."""
     held = _evaluation_files(series) if found else {}  # one walk of the series for every file
     lines = []
-    for name, path in sorted(found.items()):
-        target = held.get(name, series / f"eval_step{steps[name]}" / name)
+    for name, (path, step) in sorted(found.items()):
+        run = series / EVALUATION_NAME.fullmatch(name)["run"]
+        if (run / "run.json").is_file() and step > (last := _last_checkpoint(run)):
+            lines.append(f"{name}: not filed: it evaluates step {step}, past the records' last checkpoint {last} "
+                         f"(those weights did not come back, so the run retrains from {last}); it stays in "
+                         f"{path.parent}")
+            continue
+        target = held.get(name, series / f"eval_step{step}" / name)
         if name in held and target.read_bytes() == path.read_bytes():
             lines.append(f"{name}: already in {target.parent}")
             continue
@@ -462,6 +480,18 @@ def collect_evaluations(series: str | Path, folders: Sequence[str | Path]) -> li
         shutil.copyfile(path, target)
         lines.append(f"{name}: {'replaced' if name in held else 'copied'} into {target.parent}")
     return lines
+
+
+def collect_evaluations(series: str | Path, folders: Sequence[str | Path]) -> list[str]:
+    """Copy the evaluations sent back in ``folders`` into ``series`` (module docstring), except those of a step past
+    the last checkpoint of their run's records there; one line per file.
+
+    Raises
+    ------
+    UsageError
+        A file is not JSON, not an evaluation, or of another step than its name says (nothing is copied then).
+    """
+    return _file_evaluations(Path(series), _checked_evaluations(folders))
 
 
 @dataclass(frozen=True)
@@ -538,7 +568,7 @@ def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path,
                          "back), audit_NAME.tgz or eval_NAME_stepK.json")
     if stale := behind(series, folders):  # a run's records never go back to fewer steps
         raise UsageError("nothing collected: " + "; ".join(stale))
-    evaluations = collect_evaluations(series, folders)  # a file that is no evaluation stops all before a run moves
+    evaluations = _checked_evaluations(folders)  # a file that is no evaluation stops all before a run moves
     audits, audit_bytes = collect_audits(series, folders)
     if budget is not None:
         budget = max(budget - audit_bytes, 0)  # the audits are in the series already: the packs get what is left
@@ -556,7 +586,8 @@ def collect(series: str | Path, folders: Sequence[str | Path], runs: str | Path,
             lines.append(_bring_in(name, run, kept[name], held[name], series, offers.get(name), name in taken, left))
             if (series / name).is_dir():
                 problems += [f"{name}: {problem}" for problem in validate_path(series / name)]
-    return lines + evaluations + audits + _not_collected(folders), problems
+    filed = _file_evaluations(series, evaluations)  # after the runs, whose records may have been rolled back
+    return lines + filed + audits + _not_collected(folders), problems
 
 
 def _held(pack_file: Path) -> int | None:

@@ -261,16 +261,27 @@ def test_records_past_a_checkpoint_whose_weights_were_lost_are_rolled_back(serie
     assert not roll_back(series / RUN, STEP)  # nothing past the pack: nothing dropped
 
 
-def test_an_evaluation_of_a_step_rolled_back_is_named_by_the_collection(series, tmp_path, capsys):
+def test_an_evaluation_of_a_step_rolled_back_is_held_out_by_the_collection(series, tmp_path_factory, capsys):
     """The machine evaluated the run's last checkpoint, whose weights did not come back: the records are rolled back
-    to the pack and the evaluation, filed as sent, is named as out of step."""
-    folder = _records_past_the_pack(tmp_path, "poll", rows=2)
-    (folder / f"eval_{RUN}_step{STEP + 2}.json").write_text(json.dumps({"success_rate": 0.9,
-                                                                        "global_step": STEP + 2}))
-    assert main(["collect", str(series), str(folder), "--runs", str(tmp_path / "runs")]) == 1
+    to the pack and the evaluation is not filed into the series (the run will retrain that step), but named where it
+    stays; an evaluation of a checkpoint the records hold is filed beside it."""
+    calls = tmp_path_factory.mktemp("calls")  # outside the series, as the machine's folders are
+    folder = _records_past_the_pack(calls, "poll", rows=2)
+    lost = folder / f"eval_{RUN}_step{STEP + 2}.json"
+    lost.write_text(json.dumps({"success_rate": 0.9, "global_step": STEP + 2}))
+    (folder / f"eval_{RUN}_step{STEP}.json").write_text(json.dumps({"success_rate": 0.8, "global_step": STEP}))
+    assert main(["collect", str(series), str(folder), "--runs", str(calls / "runs")]) == 0
     out = capsys.readouterr().out
     assert f"rolled back to the pack's step {STEP}" in out
-    assert f"eval_{RUN}_step{STEP + 2}.json evaluates step {STEP + 2}, past the records' last checkpoint {STEP}" in out
+    assert (f"{lost.name}: not filed: it evaluates step {STEP + 2}, past the records' last checkpoint {STEP}"
+            in out) and f"it stays in {folder}" in out
+    assert lost.is_file() and not (series / f"eval_step{STEP + 2}").exists()
+    assert (series / f"eval_step{STEP}" / f"eval_{RUN}_step{STEP}.json").is_file()
+    assert run_status(series / RUN).problems == []
+
+    shutil.copyfile(lost, series / lost.name)  # filed by hand: status still names it
+    assert main(["status", str(series)]) == 1
+    assert f"{lost.name} evaluates step {STEP + 2}, past the records' last checkpoint {STEP}" in capsys.readouterr().out
 
 
 def test_collect_refuses_what_it_cannot_read(sent, tmp_path, capsys):
