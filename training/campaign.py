@@ -26,10 +26,11 @@ earlier machine, or the folders out of order), nothing is collected and the file
 each run folder of the series is validated (``ocsd.records``). The evaluations the folders hold
 (``eval_<NAME>_step<K>.json``, the newest of each name) go into ``eval_step<K>/`` of the series, or replace the file
 of that name where the series has one; an evaluation of a step past the last checkpoint of its run's records (their
-weights did not come back and the records were rolled back) is not filed, and is named where it stays. The audits (``audit_<NAME>.tgz`` of ``results/paper_scale_on_gpu.sh audit``:
-one ``audit_<NAME>_step<K>/`` folder of ``rescoring.audit`` per checkpoint) are unpacked into the series, replacing
-a folder of the same name; their bytes come off ``--budget-mib`` before the packs'. The GPU script's other outputs
-(``ladder_*.tgz``, ``*.warm.tgz``, ``verl_check.tgz``) are named and left where they are.
+weights did not come back and the records were rolled back) is not filed, and is named where it stays. The audits
+(``audit_<NAME>.tgz`` of ``results/paper_scale_on_gpu.sh audit``: one ``audit_<NAME>_step<K>/`` folder of
+``rescoring.audit`` per checkpoint) are unpacked into the series, replacing a folder of the same name; their bytes
+come off ``--budget-mib`` before the packs'. The GPU script's other outputs (``ladder_*.tgz``, ``*.warm.tgz``,
+``verl_check.tgz``) are named and left where they are.
 
 Commands::
 
