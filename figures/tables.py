@@ -197,14 +197,12 @@ class Evaluations:
     def of(self, run: RunInfo) -> tuple[Path | None, str]:
         """The file for ``run`` (matched by its folder's name), or None and why there is none."""
         steps = self.files.get(run.path.name, {})
+        step = self.step_of(run)
+        found = None if step is None else steps[step]
         if self.step is not None:
-            found = steps.get(self.step)
             held = ", ".join(map(str, steps)) or "none"
-            why = f"no evaluation of step {self.step} in {self.folder} (it has {held})"
-        else:
-            found = steps[max(steps)] if steps else None
-            why = f"no evaluation in {self.folder}"
-        return found, why
+            return found, f"no evaluation of step {self.step} in {self.folder} (it has {held})"
+        return found, f"no evaluation in {self.folder}"
 
 
 def _evaluation_result(run: RunInfo, path: Path) -> dict:
