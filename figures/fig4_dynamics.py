@@ -29,7 +29,7 @@ from figures._common import RunInfo, SkipFigure, check_paper_model, figure_parse
 from figures.drawing import add_caption, pyplot, runs_caption, save_and_close
 from ocsd.cli import entry_point
 
-__all__ = ["Curve", "curves", "draw", "build", "line_styles", "main", "paper_lines"]
+__all__ = ["FIXED_COLOURS", "Curve", "curves", "draw", "build", "line_styles", "main", "paper_lines"]
 
 NAME = "fig4_dynamics"
 TRAIN_KEYS = {"success_rate": "Training success", "reward_mean": "Training reward"}
@@ -56,15 +56,25 @@ def _method(label: str) -> str:
     return label.split(" (")[0]
 
 
+FIXED_COLOURS = ("GRPO", "OCSD", "OPSD", "RLSD", "SDAR", "GRPO+OPSD")
+"""The paper's methods (:data:`figures.paper.PAPER_METHODS`), which keep one colour each in every figure (``C0`` for
+the first) whichever runs it draws: GRPO blue and OCSD orange, as in the figures of those two alone."""
+
+
 def line_styles(labels: Sequence[str]) -> dict[str, tuple[str, object]]:
     """``{label: (colour, line style)}``: one colour per method (:func:`_method`), and one line style per run of
-    that method, so that a dozen runs stay apart."""
-    bases = sorted({_method(lab) for lab in labels})
+    that method, so that a dozen runs stay apart.
+
+    A method of the paper (:data:`FIXED_COLOURS`) has the same colour whichever other runs are drawn; other labels
+    take the colours after those, in sorted order.
+    """
+    others = sorted({_method(lab) for lab in labels} - set(FIXED_COLOURS))
+    order = list(FIXED_COLOURS) + others
     out, count = {}, {}
     for lab in sorted(labels):
         base = _method(lab)
         k = count[base] = count.get(base, -1) + 1
-        out[lab] = (f"C{bases.index(base) % 10}", SEED_STYLES[k % len(SEED_STYLES)])
+        out[lab] = (f"C{order.index(base) % 10}", SEED_STYLES[k % len(SEED_STYLES)])
     return out
 
 

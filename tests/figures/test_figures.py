@@ -134,6 +134,18 @@ def test_fig4_runs_of_one_method_share_a_colour_and_differ_in_line_style(runs):
     assert drawn["OCSD (seed 0)"][1] != drawn["OCSD (seed 1)"][1]
 
 
+def test_fig4_a_paper_method_keeps_its_colour_whichever_runs_are_drawn():
+    from figures.paper import PAPER_METHODS
+
+    alone = fig4_dynamics.line_styles(["OCSD (seed 1)", "OPSD"])
+    beside = fig4_dynamics.line_styles(["GRPO", "GRPO+OPSD", "OCSD (seed 1)", "OPSD", "RLSD", "SDAR", "mine"])
+    assert alone["OCSD (seed 1)"] == beside["OCSD (seed 1)"] and alone["OPSD"] == beside["OPSD"]
+    fixed = fig4_dynamics.FIXED_COLOURS
+    assert set(fixed) == {name for name, method in PAPER_METHODS.items() if method}
+    assert [beside[m][0] for m in fixed if m in beside] == [f"C{fixed.index(m)}" for m in fixed if m in beside]
+    assert beside["mine"][0] == f"C{len(fixed)}"  # a label outside the paper's methods: the next colour
+
+
 def test_fig4_paper_reference_draws_the_papers_final_success(runs, tmp_path, capsys):
     from figures.paper import main_results
 
