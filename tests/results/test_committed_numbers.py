@@ -31,7 +31,7 @@ def test_the_report_auroc_is_recomputed():
 def _compared_runs(series: Path) -> list[Path]:
     """The OCSD and GRPO runs of a series, whose checkpoints the series' diagnosis pools (the baselines' runs beside
     them are left out, so that the population stays the two methods' three seeds)."""
-    return sorted(run for method in ("ocsd", "grpo") for run in series.glob(f"{method}_*_s?"))
+    return sorted(run for method in ("ocsd", "grpo") for run in series.glob(f"{method}_qwen*_s?"))
 
 
 def _same(fresh, stored, where: str = "") -> None:
@@ -86,7 +86,7 @@ def test_the_diagnosis_along_training_is_recomputed():
 
 @pytest.mark.parametrize("name", ["series3_ocsd_grpo", "series2_ocsd_grpo", "series2_ocsd_grpo_steps1-25",
                                   "series3_rerun", "series3_rlsd_grpo", "series3_rlsd_ocsd", "series3_sdar_grpo",
-                                  "series3_sdar_ocsd"])
+                                  "series3_sdar_ocsd", "series3_opsd_grpo", "series3_opsd_ocsd"])
 def test_the_paired_training_steps_are_recomputed(name, capsys):
     """``results/paper_scale/paired_steps/NAME.json``: the command, rerun on the runs and steps it names."""
     from diagnostics import paired_steps
@@ -234,7 +234,7 @@ def test_the_ladders_are_recomputed_from_their_rescorings(folder):
 
 
 def test_the_baselines_comparisons_at_step_20_are_recomputed(capsys):
-    """``valid_train_series3/eval_step20/compare.txt``: ``diagnostics.compare`` of RLSD's and SDAR's step-20
+    """``valid_train_series3/eval_step20/compare.txt``: ``diagnostics.compare`` of RLSD's, SDAR's and OPSD's step-20
     evaluations against the warm start, seed 1's GRPO and OCSD at 26 and 50, and each other, block by block."""
     from diagnostics import compare
 
@@ -245,6 +245,8 @@ def test_the_baselines_comparisons_at_step_20_are_recomputed(capsys):
                                                           for k in (26, 50) for m in ("grpo", "ocsd")]
     pairs = [(at[20] / f"eval_{m}_qwen0.5b_s1_step20.json", b) for m in ("rlsd", "sdar") for b in others]
     pairs.append((at[20] / "eval_sdar_qwen0.5b_s1_step20.json", at[20] / "eval_rlsd_qwen0.5b_s1_step20.json"))
+    opsd = at[20] / "eval_opsd_qwen0.5b_s1_step20.json"
+    pairs += [(opsd, b) for b in others + [at[20] / f"eval_{m}_qwen0.5b_s1_step20.json" for m in ("rlsd", "sdar")]]
     stored = [block.strip() for block in (at[20] / "compare.txt").read_text().split("\n\n") if block.strip()]
     assert len(stored) == len(pairs)
     for (a, b), block in zip(pairs, stored):
