@@ -27,6 +27,10 @@ Command line::
     python -m training.resume_pack pack RUN_DIR --out FILE [--step N]
     python -m training.resume_pack unpack FILE RUN_DIR [--force]
     python -m training.resume_pack show FILE
+
+``show`` also prints how far the run's weights have moved: the Frobenius norm of the weight change the adapter applies
+(:func:`lora_update_norm`), from the float32 masters. A LoRA that starts at zero on top of the model it trains (the
+base model, or a warm start merged into it) measures the whole distance from the run's start.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import os
 import shutil
 import sys
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -45,12 +50,14 @@ from safetensors.torch import load_file, save_file
 
 from training.resumable import STATE_FILE, resumable_checkpoints
 
-__all__ = ["MOMENTS", "PackError", "compact_state", "master_keys", "pack", "unpack", "read_pack_info"]
+__all__ = ["MOMENTS", "PackError", "compact_state", "lora_update_norm", "master_keys", "pack", "pack_update_norm",
+           "unpack", "read_pack_info"]
 
 #: AdamW's per-parameter moments, the state a pack rounds
 MOMENTS = ("exp_avg", "exp_avg_sq")
 INFO_FILE = "pack.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
 FORMAT = 1
 
 
@@ -149,8 +156,8 @@ def pack(run_dir: str | os.PathLike, out: str | os.PathLike, *, step: int | None
     n, folder = _checkpoint(run_dir, step)
     actor = folder / "actor"
     adapter = actor / "adapter"
-    if not (adapter / "adapter_config.json").is_file():
-        raise PackError(f"{actor}: no adapter/adapter_config.json; a pack keeps LoRA runs only (full weights are "
+    if not (adapter / ADAPTER_CONFIG).is_file():
+        raise PackError(f"{actor}: no adapter/{ADAPTER_CONFIG}; a pack keeps LoRA runs only (full weights are "
                         f"the model's size)")
     try:
         state = torch.load(actor / STATE_FILE, map_location="cpu", weights_only=False)
@@ -238,13 +245,77 @@ def unpack(path: str | os.PathLike, run_dir: str | os.PathLike, *, force: bool =
     return folder
 
 
+def lora_update_norm(tensors: Mapping[str, torch.Tensor], config: Mapping) -> float:
+    """The Frobenius norm of the weight change a LoRA adapter applies to the model under it.
+
+    Each adapted module's weight changes by ``s B A`` (``s = lora_alpha / r``, or ``lora_alpha / sqrt(r)`` with
+    rsLoRA); the norm is ``sqrt(sum over modules of ||s B A||_F^2)``, what merging the adapter adds to the weights.
+
+    Parameters
+    ----------
+    tensors : Mapping[str, torch.Tensor]
+        The adapter's weights, keyed as in ``adapter_model.safetensors`` (``...lora_A.weight``, ``...lora_B.weight``).
+    config : Mapping
+        Its ``adapter_config.json``: ``r``, ``lora_alpha`` and ``use_rslora``.
+
+    Raises
+    ------
+    ValueError
+        If a ``lora_A`` has no ``lora_B`` (or the reverse), there are no LoRA tensors, or the config sets per-module
+        ranks or alphas (``rank_pattern``, ``alpha_pattern``), which this norm does not read.
+    """
+    for field in ("rank_pattern", "alpha_pattern"):
+        if config.get(field):
+            raise ValueError(f"adapter_config.json: {field} is set; the norm takes one r and lora_alpha for all")
+    rank, alpha = int(config["r"]), float(config["lora_alpha"])
+    scale = alpha / (rank ** 0.5 if config.get("use_rslora") else rank)
+    a_keys = sorted(k for k in tensors if ".lora_A." in k)
+    b_keys = sorted(k for k in tensors if ".lora_B." in k)
+    if not a_keys or [k.replace(".lora_A.", ".lora_B.") for k in a_keys] != b_keys:
+        raise ValueError("the adapter's lora_A and lora_B tensors do not pair up, module for module")
+    total = torch.zeros((), dtype=torch.float64)
+    for key in a_keys:
+        a = tensors[key].to(torch.float64)
+        b = tensors[key.replace(".lora_A.", ".lora_B.")].to(torch.float64)
+        total += (scale * (b @ a)).square().sum()
+    return float(total.sqrt())
+
+
+def pack_update_norm(path: str | os.PathLike) -> float:
+    """:func:`lora_update_norm` of a pack's adapter (a pack keeps LoRA runs only), from the float32 masters where the
+    pack rebuilds the adapter from them, else from the adapter's weights as saved.
+
+    Raises
+    ------
+    PackError
+        If the pack cannot be read.
+    """
+    path = Path(path)
+    info = read_pack_info(path)
+    with tarfile.open(path) as tar:
+        config = json.loads(tar.extractfile(f"adapter/{ADAPTER_CONFIG}").read())
+        if info.get("adapter_from_masters"):
+            state = torch.load(io.BytesIO(tar.extractfile(STATE_FILE).read()), map_location="cpu", weights_only=False)
+            masters = state["optimizer"]["masters"]
+            tensors = {key: masters[int(i)] for i, (key, _) in info["adapter_from_masters"].items()}
+        else:
+            from safetensors.torch import load
+
+            tensors = load(tar.extractfile(f"adapter/{ADAPTER_WEIGHTS}").read())
+    try:
+        return lora_update_norm(tensors, config)
+    except (ValueError, KeyError) as exc:
+        raise PackError(f"{path}: {exc}") from None
+
+
 def _summary(path: Path, info: dict) -> str:
     """One line on what a pack holds."""
     rebuilt = info.get("adapter_from_masters")
     adapter = (f"the adapter's {len(rebuilt)} tensors rebuilt from the masters" if rebuilt
                else "the adapter's weights kept as saved")
     return (f"{path}: {info['run']} step {info['global_step']}, AdamW moments in {info['moments']}, "
-            f"{info['pack_bytes'] / 1e6:.1f} MB (actor/ {info['actor_bytes'] / 1e6:.1f} MB); {adapter}")
+            f"{info['pack_bytes'] / 1e6:.1f} MB (actor/ {info['actor_bytes'] / 1e6:.1f} MB); {adapter}; the weight "
+            f"change the adapter applies, ||s B A||_F: {pack_update_norm(path):.4f}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@ generated games, a tiny model in bfloat16 so that the optimizer keeps float32 ma
 
 from __future__ import annotations
 
+import json
 import shutil
 import tarfile
 
@@ -16,8 +17,8 @@ pytest.importorskip("verl", reason="verl (verl extra) is not installed")
 from training.config import make_config  # noqa: E402
 from training.envs.alfworld.tasks import GameSource  # noqa: E402
 from training.precision import MasterWeightAdamW  # noqa: E402
-from training.resume_pack import (MOMENTS, PackError, compact_state, main, pack, read_pack_info,  # noqa: E402
-                                  unpack)
+from training.resume_pack import (MOMENTS, PackError, compact_state, lora_update_norm, main, pack,  # noqa: E402
+                                  pack_update_norm, read_pack_info, unpack)
 from training.trainer import STATE_FILE, Trainer  # noqa: E402
 
 LR = 1e-3
@@ -93,6 +94,8 @@ def test_a_float32_adapter_has_no_masters_and_is_kept_as_saved(tmp_path, games):
     saved = weights.read_bytes()
     out = pack(run, tmp_path / "fp32.tar")
     assert read_pack_info(out)["adapter_from_masters"] is None
+    config = json.loads(weights.with_name("adapter_config.json").read_text())
+    assert pack_update_norm(out) == lora_update_norm(load_file(weights), config) > 0  # from the weights as saved
     shutil.rmtree(run / "global_step_1" / "actor")
     unpack(out, run)
     assert weights.read_bytes() == saved
@@ -171,9 +174,22 @@ def test_refusals_name_the_folder_or_file(runs, tmp_path, capsys):
     assert main(["show", str(out), "--json"]) == 0 and '"global_step": 1' in capsys.readouterr().out
 
 
+def test_the_packs_update_norm_reads_the_float32_masters(runs, tmp_path):
+    out = pack(runs / "part", tmp_path / "norm.tar")
+    masters = _state(runs / "part", 1)["optimizer"]["masters"]
+    keys = read_pack_info(out)["adapter_from_masters"]
+    adapter = runs / "part" / "global_step_1" / "actor" / "adapter"
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    exact = lora_update_norm({key: masters[int(i)] for i, (key, _) in keys.items()}, config)
+    assert exact > 0 and pack_update_norm(out) == exact
+    # the saved bfloat16 adapter gives the same norm to its rounding
+    assert lora_update_norm(load_file(adapter / "adapter_model.safetensors"), config) == pytest.approx(exact, rel=2e-2)
+
+
 def test_pack_command_prints_the_line_show_prints(runs, tmp_path, capsys):
     out = tmp_path / "cli.tar"
     assert main(["pack", str(runs / "part"), "--out", str(out)]) == 0
     packed = capsys.readouterr().out
     assert main(["show", str(out)]) == 0
     assert packed == capsys.readouterr().out and packed.startswith(f"{out}: part step 1, AdamW moments in ")
+    assert packed.rstrip().endswith(f"||s B A||_F: {pack_update_norm(out):.4f}")
