@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, load_file, save_file
 
 from training.resumable import STATE_FILE, resumable_checkpoints
 
@@ -288,24 +288,23 @@ def pack_update_norm(path: str | os.PathLike) -> float:
     Raises
     ------
     PackError
-        If the pack cannot be read.
+        Naming the file, if the pack, its adapter config, its adapter or its trainer state cannot be read.
     """
     path = Path(path)
     info = read_pack_info(path)
-    with tarfile.open(path) as tar:
-        config = json.loads(tar.extractfile(f"adapter/{ADAPTER_CONFIG}").read())
-        if info.get("adapter_from_masters"):
-            state = torch.load(io.BytesIO(tar.extractfile(STATE_FILE).read()), map_location="cpu", weights_only=False)
-            masters = state["optimizer"]["masters"]
-            tensors = {key: masters[int(i)] for i, (key, _) in info["adapter_from_masters"].items()}
-        else:
-            from safetensors.torch import load
-
-            tensors = load(tar.extractfile(f"adapter/{ADAPTER_WEIGHTS}").read())
     try:
+        with tarfile.open(path) as tar:
+            config = json.loads(tar.extractfile(f"adapter/{ADAPTER_CONFIG}").read())
+            if info.get("adapter_from_masters"):
+                state = torch.load(io.BytesIO(tar.extractfile(STATE_FILE).read()), map_location="cpu",
+                                   weights_only=False)
+                masters = state["optimizer"]["masters"]
+                tensors = {key: masters[int(i)] for i, (key, _) in info["adapter_from_masters"].items()}
+            else:
+                tensors = load(tar.extractfile(f"adapter/{ADAPTER_WEIGHTS}").read())
         return lora_update_norm(tensors, config)
-    except (ValueError, KeyError) as exc:
-        raise PackError(f"{path}: {exc}") from None
+    except (OSError, KeyError, ValueError, RuntimeError, tarfile.TarError) as exc:
+        raise PackError(f"{path}: the adapter's update norm ({type(exc).__name__}: {exc})") from None
 
 
 def _summary(path: Path, info: dict) -> str:

@@ -186,6 +186,20 @@ def test_the_packs_update_norm_reads_the_float32_masters(runs, tmp_path):
     assert lora_update_norm(load_file(adapter / "adapter_model.safetensors"), config) == pytest.approx(exact, rel=2e-2)
 
 
+def test_show_names_a_pack_whose_adapter_config_is_gone(runs, tmp_path, capsys):
+    whole = pack(runs / "part", tmp_path / "whole.tar")
+    broken = tmp_path / "broken.tar"
+    with tarfile.open(whole) as src, tarfile.open(broken, "w") as dst:
+        for member in src.getmembers():
+            if not member.name.endswith("adapter_config.json"):
+                dst.addfile(member, src.extractfile(member))
+    with pytest.raises(PackError, match="broken.tar: the adapter's update norm"):
+        pack_update_norm(broken)
+    assert main(["show", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {broken}: ") and len(err.strip().splitlines()) == 1
+
+
 def test_pack_command_prints_the_line_show_prints(runs, tmp_path, capsys):
     out = tmp_path / "cli.tar"
     assert main(["pack", str(runs / "part"), "--out", str(out)]) == 0
