@@ -439,18 +439,28 @@ def _read_evaluation(path: Path, step: int) -> None:
         raise UsageError(f"{path}: holds the evaluation of step {result['global_step']}, not of step {step}")
 
 
-def _checked_evaluations(folders: Sequence[str | Path]) -> dict[str, tuple[Path, int]]:
-    """The evaluations sent back in ``folders`` (:func:`sent_evaluations`) with their steps, each read first.
+@dataclass(frozen=True)
+class _Evaluation:
+    """An evaluation file sent back: where it is, and the run and step its name gives."""
+
+    path: Path
+    run: str
+    step: int
+
+
+def _checked_evaluations(folders: Sequence[str | Path]) -> dict[str, _Evaluation]:
+    """The evaluations sent back in ``folders`` (:func:`sent_evaluations`) by file name, each read first.
 
     Raises
     ------
     UsageError
         A file is not JSON, not an evaluation, or of another step than its name says.
     """
-    found = {name: (path, int(EVALUATION_NAME.fullmatch(name)["step"])) for name, path in
-             sent_evaluations(folders).items()}
-    for path, step in found.values():
-        _read_evaluation(path, step)
+    found = {}
+    for name, path in sent_evaluations(folders).items():
+        parts = EVALUATION_NAME.fullmatch(name)
+        found[name] = _Evaluation(path, parts["run"], int(parts["step"]))
+        _read_evaluation(path, found[name].step)
     return found
 
 
@@ -460,14 +470,14 @@ def _last_checkpoint(run_dir: Path) -> int:
     return max((n for n, folder in checkpoint_dirs(run_dir) if folder in complete), default=0)
 
 
-def _file_evaluations(series: Path, found: dict[str, tuple[Path, int]]) -> list[str]:
+def _file_evaluations(series: Path, found: dict[str, _Evaluation]) -> list[str]:
     """Copy the evaluations ``found`` (:func:`_checked_evaluations`) into ``series``, but none of a step past the
     last checkpoint of its run's records there: their weights did not come back, so the run retrains that step and
     the file evaluates a checkpoint the series will not have (it stays where it was sent)."""
     held = _evaluation_files(series) if found else {}  # one walk of the series for every file
     lines = []
-    for name, (path, step) in sorted(found.items()):
-        run = series / EVALUATION_NAME.fullmatch(name)["run"]
+    for name, sent in sorted(found.items()):
+        path, step, run = sent.path, sent.step, series / sent.run
         if (run / "run.json").is_file() and step > (last := _last_checkpoint(run)):
             lines.append(f"{name}: not filed: it evaluates step {step}, past the records' last checkpoint {last} "
                          f"(those weights did not come back, so the run retrains from {last}); it stays in "
