@@ -86,7 +86,8 @@ def test_the_diagnosis_along_training_is_recomputed():
 
 @pytest.mark.parametrize("name", ["series3_ocsd_grpo", "series2_ocsd_grpo", "series2_ocsd_grpo_steps1-25",
                                   "series3_rerun", "series3_rlsd_grpo", "series3_rlsd_ocsd", "series3_sdar_grpo",
-                                  "series3_sdar_ocsd", "series3_opsd_grpo", "series3_opsd_ocsd"])
+                                  "series3_sdar_ocsd", "series3_opsd_grpo", "series3_opsd_ocsd",
+                                  "series3_grpo_opsd_grpo", "series3_grpo_opsd_ocsd"])
 def test_the_paired_training_steps_are_recomputed(name, capsys):
     """``results/paper_scale/paired_steps/NAME.json``: the command, rerun on the runs and steps it names."""
     from diagnostics import paired_steps
@@ -234,8 +235,9 @@ def test_the_ladders_are_recomputed_from_their_rescorings(folder):
 
 
 def test_the_baselines_comparisons_at_step_20_are_recomputed(capsys):
-    """``valid_train_series3/eval_step20/compare.txt``: ``diagnostics.compare`` of RLSD's, SDAR's and OPSD's step-20
-    evaluations against the warm start, seed 1's GRPO and OCSD at 26 and 50, and each other, block by block."""
+    """``valid_train_series3/eval_step20/compare.txt``: ``diagnostics.compare`` of RLSD's, SDAR's, OPSD's and
+    GRPO+OPSD's step-20 evaluations against the warm start, seed 1's GRPO and OCSD at 26 and 50, and each other,
+    block by block."""
     from diagnostics import compare
 
     paper_scale = RESULTS / "paper_scale"
@@ -247,6 +249,9 @@ def test_the_baselines_comparisons_at_step_20_are_recomputed(capsys):
     pairs.append((at[20] / "eval_sdar_qwen0.5b_s1_step20.json", at[20] / "eval_rlsd_qwen0.5b_s1_step20.json"))
     opsd = at[20] / "eval_opsd_qwen0.5b_s1_step20.json"
     pairs += [(opsd, b) for b in others + [at[20] / f"eval_{m}_qwen0.5b_s1_step20.json" for m in ("rlsd", "sdar")]]
+    grpo_opsd = at[20] / "eval_grpo_opsd_qwen0.5b_s1_step20.json"
+    pairs += [(grpo_opsd, b) for b in others + [at[20] / f"eval_{m}_qwen0.5b_s1_step20.json"
+                                                for m in ("rlsd", "sdar", "opsd")]]
     stored = [block.strip() for block in (at[20] / "compare.txt").read_text().split("\n\n") if block.strip()]
     assert len(stored) == len(pairs)
     for (a, b), block in zip(pairs, stored):
