@@ -85,9 +85,9 @@ def test_the_diagnosis_along_training_is_recomputed():
 
 
 @pytest.mark.parametrize("name", ["series3_ocsd_grpo", "series2_ocsd_grpo", "series2_ocsd_grpo_steps1-25",
-                                  "series3_rerun", "series3_rlsd_grpo", "series3_rlsd_ocsd", "series3_sdar_grpo",
-                                  "series3_sdar_ocsd", "series3_opsd_grpo", "series3_opsd_ocsd",
-                                  "series3_grpo_opsd_grpo", "series3_grpo_opsd_ocsd"])
+                                  "series3_rerun"] + [f"series3_{m}_{b}_steps1-20" for m in ("rlsd", "sdar", "opsd",
+                                                                                             "grpo_opsd")
+                                                      for b in ("grpo", "ocsd")])
 def test_the_paired_training_steps_are_recomputed(name, capsys):
     """``results/paper_scale/paired_steps/NAME.json``: the command, rerun on the runs and steps it names."""
     from diagnostics import paired_steps
