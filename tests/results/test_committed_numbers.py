@@ -84,10 +84,12 @@ def test_the_diagnosis_along_training_is_recomputed():
     _same(json.loads(json.dumps(fresh)), stored)
 
 
+BASELINES_AT_20 = [f"series3_{m}_{b}_steps1-20" for m in ("rlsd", "sdar", "opsd", "grpo_opsd")
+                   for b in ("grpo", "ocsd")]  # each baseline's step-20 run paired by step with GRPO s1 and OCSD s1
+
+
 @pytest.mark.parametrize("name", ["series3_ocsd_grpo", "series2_ocsd_grpo", "series2_ocsd_grpo_steps1-25",
-                                  "series3_rerun"] + [f"series3_{m}_{b}_steps1-20" for m in ("rlsd", "sdar", "opsd",
-                                                                                             "grpo_opsd")
-                                                      for b in ("grpo", "ocsd")])
+                                  "series3_rerun", *BASELINES_AT_20])
 def test_the_paired_training_steps_are_recomputed(name, capsys):
     """``results/paper_scale/paired_steps/NAME.json``: the command, rerun on the runs and steps it names."""
     from diagnostics import paired_steps
@@ -245,13 +247,9 @@ def test_the_baselines_comparisons_at_step_20_are_recomputed(capsys):
     at = {k: series / f"eval_step{k}" for k in (20, 26, 50)}
     others = [paper_scale / "eval_qwen0.5b_warm.json"] + [at[k] / f"eval_{m}_qwen0.5b_s1_step{k}.json"
                                                           for k in (26, 50) for m in ("grpo", "ocsd")]
-    pairs = [(at[20] / f"eval_{m}_qwen0.5b_s1_step20.json", b) for m in ("rlsd", "sdar") for b in others]
-    pairs.append((at[20] / "eval_sdar_qwen0.5b_s1_step20.json", at[20] / "eval_rlsd_qwen0.5b_s1_step20.json"))
-    opsd = at[20] / "eval_opsd_qwen0.5b_s1_step20.json"
-    pairs += [(opsd, b) for b in others + [at[20] / f"eval_{m}_qwen0.5b_s1_step20.json" for m in ("rlsd", "sdar")]]
-    grpo_opsd = at[20] / "eval_grpo_opsd_qwen0.5b_s1_step20.json"
-    pairs += [(grpo_opsd, b) for b in others + [at[20] / f"eval_{m}_qwen0.5b_s1_step20.json"
-                                                for m in ("rlsd", "sdar", "opsd")]]
+    baselines = [at[20] / f"eval_{m}_qwen0.5b_s1_step20.json" for m in ("rlsd", "sdar", "opsd", "grpo_opsd")]
+    # each baseline, in the order it was evaluated, against the others and then every baseline before it
+    pairs = [(a, b) for i, a in enumerate(baselines) for b in others + baselines[:i]]
     stored = [block.strip() for block in (at[20] / "compare.txt").read_text().split("\n\n") if block.strip()]
     assert len(stored) == len(pairs)
     for (a, b), block in zip(pairs, stored):
